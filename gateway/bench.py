@@ -1,0 +1,282 @@
+"""`execgate bench`: side-by-side measurements in one run on one machine (SPEC section 9).
+
+Everything is loopback: the gateway is started in this process on 127.0.0.1 with a
+temporary audit log, state and key, and driven by a real HTTP client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from backends import backend_class
+from backends.base import ExecSpec, Limits
+from gateway.app import create_app
+from gateway.appkeys import SERVICES
+from gateway.context import new_id
+from gateway.settings import Settings, load_settings
+
+PYTHON = "/usr/bin/python3"
+CODE = "print(1)"
+
+
+def percentiles(samples_s: list[float]) -> dict[str, float]:
+    ordered = sorted(samples_s)
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+    return {
+        "n": len(ordered),
+        "p50_ms": round(statistics.median(ordered) * 1000, 3),
+        "p95_ms": round(pick(0.95), 3),
+        "p99_ms": round(pick(0.99), 3),
+    }
+
+
+async def timed(fn: Callable[[], Awaitable[Any]], runs: int, warmup: int = 3) -> list[float]:
+    for _ in range(warmup):
+        await fn()
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        await fn()
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+async def throughput(
+    fn: Callable[[], Awaitable[Any]], concurrency: int, total: int
+) -> dict[str, Any]:
+    latencies: list[float] = []
+    queue = iter(range(total))
+
+    async def worker() -> None:
+        for _ in queue:
+            t0 = time.perf_counter()
+            await fn()
+            latencies.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - t0
+    return {
+        "concurrency": concurrency,
+        "per_s": round(total / elapsed, 1),
+        **percentiles(latencies),
+    }
+
+
+def bench_settings(root: Path, backend: str) -> Settings:
+    env = {
+        "EXECGATE_AUDIT_PATH": str(root / "audit.jsonl"),
+        "EXECGATE_STATE_PATH": str(root / "state.db"),
+        "EXECGATE_AUTH_HS256_SECRET_FILE": str(root / "hs256.key"),
+        "EXECGATE_BACKENDS_DEFAULT": backend,
+        "EXECGATE_TENANTS_BENCH_RATE_PER_S": "100000",
+        "EXECGATE_TENANTS_BENCH_BURST": "100000",
+        "EXECGATE_TENANTS_BENCH_MAX_CONCURRENT": "64",
+    }
+    if backend == "nsjail":
+        env["EXECGATE_BACKENDS_NSJAIL_STATE_DIR"] = str(root / "sandboxes")
+    return load_settings(None, env=env)
+
+
+class Gateway:
+    """A gateway on an ephemeral loopback port, plus a client with a bench token."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.runner: web.AppRunner | None = None
+        self.session: aiohttp.ClientSession | None = None
+        self.url = ""
+        self.token = ""
+
+    async def __aenter__(self) -> Gateway:
+        from gateway.tokens import load_or_create_dev_secret, mint_token
+
+        self.runner = web.AppRunner(create_app(self.settings), access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = self.runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}/v1/executions"
+        secret = load_or_create_dev_secret(Path(self.settings.auth.hs256_secret_file))
+        self.token = mint_token(
+            secret, tenant="bench", sub="bench", scopes=["exec:python"], ttl_s=3600
+        )
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=64),
+            headers={"Authorization": f"Bearer {self.token}"},
+        )
+        return self
+
+    @property
+    def services(self) -> Any:
+        assert self.runner is not None
+        return self.runner.app[SERVICES]
+
+    async def execute(self) -> dict[str, Any]:
+        assert self.session is not None
+        async with self.session.post(self.url, json={"language": "python", "code": CODE}) as r:
+            body = await r.json()
+            if r.status != 200:
+                raise RuntimeError(f"gateway answered {r.status}: {body}")
+            return body
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.session is not None:
+            await self.session.close()
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+async def run_bench(runs: int) -> dict[str, Any]:
+    results: dict[str, Any] = {"code": CODE, "runs": runs}
+
+    async def bare() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            PYTHON, "-I", "-c", CODE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        await proc.wait()
+
+    results["bare_python"] = percentiles(await timed(bare, runs))
+
+    with tempfile.TemporaryDirectory(prefix="execgate-bench-") as tmp:
+        root = Path(tmp)
+        settings = bench_settings(root, "nsjail")
+        backend = backend_class("nsjail")(settings.backend_settings("nsjail"))  # type: ignore[call-arg]
+        await backend.start()
+        try:
+
+            async def direct() -> None:
+                spec = ExecSpec(new_id("exe"), "python", CODE, Limits())
+                result = await backend.run(spec)
+                if result.stdout != b"1\n":
+                    raise RuntimeError(f"unexpected sandbox result: {result}")
+
+            results["nsjail_backend"] = percentiles(await timed(direct, runs))
+        finally:
+            await backend.close()
+
+        async with Gateway(settings) as gw:
+            results["gateway_nsjail"] = percentiles(await timed(gw.execute, runs))
+            results["gateway_nsjail_throughput"] = [
+                await throughput(gw.execute, c, max(runs, 4 * c)) for c in (1, 4, 16)
+            ]
+
+        async with Gateway(bench_settings(root / "noop", "noop")) as gw:
+            results["gateway_noop"] = percentiles(await timed(gw.execute, runs * 5))
+            results["gateway_noop_throughput"] = [
+                await throughput(gw.execute, c, runs * 10) for c in (1, 4, 16)
+            ]
+            svc_engine = gw.services.engine
+            sample_input = _sample_input()
+            results["policy_embedded"] = percentiles(
+                await timed(lambda: svc_engine.decide(sample_input), runs * 50)
+            )
+
+    bare_p50 = results["bare_python"]["p50_ms"]
+    nsjail_p50 = results["nsjail_backend"]["p50_ms"]
+    gw_p50 = results["gateway_nsjail"]["p50_ms"]
+    results["ratios"] = {
+        "nsjail_vs_bare_p50": round(nsjail_p50 / bare_p50, 2),
+        "gateway_vs_nsjail_p50": round(gw_p50 / nsjail_p50, 2),
+        "gateway_overhead_p50_ms": round(gw_p50 - nsjail_p50, 2),
+    }
+    return results
+
+
+def _sample_input() -> dict[str, Any]:
+    return {
+        "version": "execgate.input/v1",
+        "request": {
+            "id": "req_bench",
+            "time": "2026-01-01T00:00:00Z",
+            "ingress": "rest",
+            "tool_name": "run_code",
+            "source_ip": "127.0.0.1",
+        },
+        "subject": {"sub": "bench", "tenant": "bench", "scopes": ["exec:python"], "claims": {}},
+        "tenant": {
+            "id": "bench",
+            "languages": ["python"],
+            "ceilings": {
+                "timeout_s": 30,
+                "memory_mb": 512,
+                "cpus": 1,
+                "pids": 64,
+                "disk_mb": 64,
+                "output_bytes": 1048576,
+            },
+            "usage": {"concurrent": 0, "cpu_s_last_hour": 0},
+        },
+        "execution": {
+            "language": "python",
+            "code": CODE,
+            "code_sha256": "0" * 64,
+            "code_bytes": len(CODE),
+            "files": [],
+            "limits": {},
+            "egress": [],
+            "backend": "nsjail",
+        },
+        "analysis": {"parsed": True, "imports": [], "calls": ["print"], "features": []},
+        "approval": {"present": False},
+    }
+
+
+def render_table(results: dict[str, Any]) -> str:
+    rows = [("measurement", "n", "p50 ms", "p95 ms", "p99 ms")]
+    for key in (
+        "bare_python",
+        "nsjail_backend",
+        "gateway_nsjail",
+        "gateway_noop",
+        "policy_embedded",
+    ):
+        r = results[key]
+        rows.append(
+            (key, str(r["n"]), f"{r['p50_ms']:.2f}", f"{r['p95_ms']:.2f}", f"{r['p99_ms']:.2f}")
+        )
+    lines = [
+        "  ".join(f"{c:<22}" if i == 0 else f"{c:>9}" for i, c in enumerate(row)) for row in rows
+    ]
+    lines.append("")
+    lines.append(f"{'throughput':<22}  {'conc':>9}  {'exec/s':>9}  {'p50 ms':>9}  {'p99 ms':>9}")
+    for key in ("gateway_nsjail_throughput", "gateway_noop_throughput"):
+        for r in results[key]:
+            lines.append(
+                f"{key:<22}  {r['concurrency']:>9}  {r['per_s']:>9}  "
+                f"{r['p50_ms']:>9.2f}  {r['p99_ms']:>9.2f}"
+            )
+    ratios = results["ratios"]
+    lines.append("")
+    lines.append(
+        f"nsjail / bare python (p50):     {ratios['nsjail_vs_bare_p50']}x  (target <= 1.5x)"
+    )
+    lines.append(
+        f"gateway / nsjail backend (p50): {ratios['gateway_vs_nsjail_p50']}x, "
+        f"+{ratios['gateway_overhead_p50_ms']} ms  (target <= +3 ms)"
+    )
+    return "\n".join(lines)
+
+
+def main(runs: int, json_path: str | None) -> int:
+    results = asyncio.run(run_bench(runs))
+    print(render_table(results))
+    print()
+    print(json.dumps(results))
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=2))
+    return 0

@@ -1,0 +1,93 @@
+"""The `execgate` command line (SPEC section 8)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from gateway.settings import SettingsError, load_settings
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def _parse_ttl(text: str) -> int:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    text = text.strip().lower()
+    try:
+        if text and text[-1] in units:
+            return int(float(text[:-1]) * units[text[-1]])
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30m, 1h)") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="execgate", description=__doc__)
+    parser.add_argument("--config", help="TOML config file (default: $EXECGATE_CONFIG)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+
+    token = sub.add_parser("token", help="mint a development token with the configured key")
+    token.add_argument("--tenant", required=True)
+    token.add_argument("--sub", required=True)
+    token.add_argument("--scope", default="", help='space-separated, e.g. "exec:python exec:bash"')
+    token.add_argument("--ttl", type=_parse_ttl, default=3600, help="e.g. 30m, 1h (default 1h)")
+
+    exe = sub.add_parser("exec", help="submit code to a gateway and print its output")
+    exe.add_argument("file", nargs="?", default="-", help="code file, or - for stdin")
+    exe.add_argument("--lang", default=None, help="python | bash | javascript (default: by suffix)")
+    exe.add_argument("--url", default=os.environ.get("EXECGATE_URL", DEFAULT_URL))
+    exe.add_argument(
+        "--token",
+        default=os.environ.get("EXECGATE_TOKEN"),
+        help="bearer token (default: $EXECGATE_TOKEN, else a development token)",
+    )
+    exe.add_argument("--tenant", default="default", help="tenant of the development token")
+    exe.add_argument("--timeout", type=float, default=None, help="limits.timeout_s")
+    exe.add_argument("--json", action="store_true", help="print the whole response")
+
+    audit = sub.add_parser("audit", help="check or follow the audit log")
+    audit_sub = audit.add_subparsers(dest="audit_command", required=True)
+    verify = audit_sub.add_parser("verify", help="check the hash chain")
+    verify.add_argument("file", nargs="?", help="audit file (default: audit.path)")
+    tail = audit_sub.add_parser("tail", help="print (and follow) audit records")
+    tail.add_argument("file", nargs="?", help="audit file (default: audit.path)")
+    tail.add_argument("-f", "--follow", action="store_true")
+    tail.add_argument("--type")
+    tail.add_argument("--tenant")
+    tail.add_argument("--execution-id")
+    tail.add_argument("--since", help="RFC 3339 timestamp")
+
+    bench = sub.add_parser("bench", help="benchmarks, side by side in one run")
+    bench.add_argument("--runs", type=int, default=50, help="samples per measurement")
+    bench.add_argument("--json", dest="json_path", help="also write the results here")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=os.environ.get("EXECGATE_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = load_settings(args.config)
+    except SettingsError as exc:
+        print(f"execgate: {exc}", file=sys.stderr)
+        return 2
+    from gateway import commands
+
+    handler = {
+        "serve": commands.serve,
+        "token": commands.token,
+        "exec": commands.exec_code,
+        "audit": commands.audit,
+        "bench": commands.bench,
+    }[args.command]
+    return handler(args, settings)

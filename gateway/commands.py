@@ -1,0 +1,152 @@
+"""What each `execgate` subcommand does; argument parsing lives in cli.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from gateway.settings import Settings
+
+# `execgate exec` exit statuses that are not the program's own.
+EXIT_TIMEOUT = 124  # like coreutils timeout(1)
+EXIT_REFUSED = 125  # the gateway refused or failed; nothing ran
+EXIT_KILLED = 137  # oom, killed, output_limit without an exit status
+
+_SUFFIX_LANG = {
+    ".py": "python",
+    ".sh": "bash",
+    ".bash": "bash",
+    ".js": "javascript",
+    ".mjs": "javascript",
+}
+
+
+def serve(args: argparse.Namespace, settings: Settings) -> int:
+    from aiohttp import web
+
+    from gateway.app import create_app
+
+    host = args.host or settings.server.host
+    port = args.port if args.port is not None else settings.server.port
+    web.run_app(create_app(settings), host=host, port=port, access_log=None, print=None)
+    return 0
+
+
+def token(args: argparse.Namespace, settings: Settings) -> int:
+    from gateway.tokens import load_or_create_dev_secret, mint_token
+
+    secret = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
+    print(
+        mint_token(
+            secret,
+            tenant=args.tenant,
+            sub=args.sub,
+            scopes=args.scope.split(),
+            ttl_s=args.ttl,
+            tenant_claim=settings.auth.tenant_claim,
+            issuer=settings.auth.issuer,
+            audience=settings.auth.audience,
+        )
+    )
+    return 0
+
+
+def exec_code(args: argparse.Namespace, settings: Settings) -> int:
+    code = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+    language = args.lang or _SUFFIX_LANG.get(Path(args.file).suffix, "python")
+    bearer = args.token
+    if not bearer:
+        from gateway.tokens import load_or_create_dev_secret, mint_token
+
+        secret = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
+        bearer = mint_token(
+            secret,
+            tenant=args.tenant,
+            sub="cli",
+            scopes=[f"exec:{language}"],
+            ttl_s=300,
+            tenant_claim=settings.auth.tenant_claim,
+            issuer=settings.auth.issuer,
+            audience=settings.auth.audience,
+        )
+    body: dict[str, object] = {"language": language, "code": code}
+    if args.timeout is not None:
+        body["limits"] = {"timeout_s": args.timeout}
+    request = urllib.request.Request(
+        args.url.rstrip("/") + "/v1/executions",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {bearer}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=3600) as response:
+            result = json.load(response)
+    except urllib.error.HTTPError as exc:
+        payload = exc.read().decode("utf-8", "replace")
+        try:
+            err = json.loads(payload)["error"]
+            message = f"{err['code']}: {err['message']}"
+            for reason in err.get("reasons", []):
+                message += f"\n  - {reason}"
+        except (ValueError, KeyError, TypeError):
+            message = f"HTTP {exc.code}: {payload[:500]}"
+        print(f"execgate: {message}", file=sys.stderr)
+        return EXIT_REFUSED
+    except urllib.error.URLError as exc:
+        print(f"execgate: cannot reach {args.url}: {exc.reason}", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        sys.stdout.write(result["stdout"])
+        sys.stderr.write(result["stderr"])
+    status = result["status"]
+    if status in ("ok", "error"):
+        return int(result["exit_code"])
+    print(f"execgate: execution ended with status {status}", file=sys.stderr)
+    return EXIT_TIMEOUT if status == "timeout" else EXIT_KILLED
+
+
+def audit(args: argparse.Namespace, settings: Settings) -> int:
+    path = Path(args.file or settings.audit.path)
+    if args.audit_command == "verify":
+        from gateway.audit_chain import verify_file
+
+        report = verify_file(path)
+        if report.ok:
+            print(f"{path}: OK, {report.records} records, chain intact")
+            return 0
+        print(
+            f"{path}: BROKEN at record seq={report.first_bad_seq} (line {report.line}): "
+            f"{report.reason}",
+            file=sys.stderr,
+        )
+        return 1
+    from gateway.audit_chain import tail
+
+    try:
+        for record in tail(
+            path,
+            follow=args.follow,
+            type=args.type,
+            tenant=args.tenant,
+            execution_id=args.execution_id,
+            since=args.since,
+        ):
+            print(json.dumps(record, ensure_ascii=False), flush=True)
+    except KeyboardInterrupt:
+        pass
+    except ValueError as exc:  # a --since that is not a timestamp
+        print(f"execgate: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def bench(args: argparse.Namespace, settings: Settings) -> int:
+    from gateway.bench import main as bench_main
+
+    return bench_main(args.runs, args.json_path)

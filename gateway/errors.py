@@ -1,0 +1,81 @@
+"""Every error the gateway can answer with: a stable code, an HTTP status, an audit outcome.
+
+Stages raise `GatewayError`; the edge renders it as `{"error": {...}}` (or in the
+caller's protocol) and the recorder writes its `outcome` to the audit log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorKind:
+    code: str
+    status: int
+    outcome: str  # audit outcome word
+
+
+INVALID_REQUEST = ErrorKind("invalid_request", 400, "rejected")
+UNAUTHENTICATED = ErrorKind("unauthenticated", 401, "auth_failed")
+FORBIDDEN = ErrorKind("forbidden", 403, "forbidden")
+POLICY_DENIED = ErrorKind("policy_denied", 403, "denied")
+NOT_FOUND = ErrorKind("not_found", 404, "not_found")
+METHOD_NOT_ALLOWED = ErrorKind("method_not_allowed", 405, "rejected")
+UNSUPPORTED_MEDIA_TYPE = ErrorKind("unsupported_media_type", 415, "rejected")
+TOO_LARGE = ErrorKind("too_large", 413, "rejected")
+RATE_LIMITED = ErrorKind("rate_limited", 429, "rate_limited")
+QUOTA_EXCEEDED = ErrorKind("quota_exceeded", 429, "rate_limited")
+POLICY_UNAVAILABLE = ErrorKind("policy_unavailable", 503, "policy_error")
+POLICY_INVALID = ErrorKind("policy_invalid", 503, "policy_error")
+BACKEND_UNAVAILABLE = ErrorKind("backend_unavailable", 503, "backend_error")
+AUDIT_UNAVAILABLE = ErrorKind("audit_unavailable", 503, "audit_error")
+INTERNAL = ErrorKind("internal_error", 500, "error")
+
+ALL_KINDS: tuple[ErrorKind, ...] = (
+    INVALID_REQUEST,
+    UNAUTHENTICATED,
+    FORBIDDEN,
+    POLICY_DENIED,
+    NOT_FOUND,
+    METHOD_NOT_ALLOWED,
+    UNSUPPORTED_MEDIA_TYPE,
+    TOO_LARGE,
+    RATE_LIMITED,
+    QUOTA_EXCEEDED,
+    POLICY_UNAVAILABLE,
+    POLICY_INVALID,
+    BACKEND_UNAVAILABLE,
+    AUDIT_UNAVAILABLE,
+    INTERNAL,
+)
+
+
+class GatewayError(Exception):
+    """An outcome that stops the pipeline. `extra` joins `error` in the JSON body."""
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.headers = headers or {}
+        self.extra = extra
+
+    @property
+    def code(self) -> str:
+        return self.kind.code
+
+    @property
+    def status(self) -> int:
+        return self.kind.status
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.kind.code, "message": self.message, **self.extra}}

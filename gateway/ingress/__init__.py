@@ -1,0 +1,1 @@
+"""Ingresses: each turns its protocol into an ExecContext and renders the outcome."""

@@ -1,0 +1,126 @@
+"""The REST ingress: `POST /v1/executions` and `GET /v1/executions/{id}`."""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from gateway import errors
+from gateway.appkeys import PIPELINE, SERVICES
+from gateway.context import ExecContext, new_id
+from gateway.errors import GatewayError
+from gateway.models import ExecutionRequest
+from gateway.stages.auth import verify_bearer
+from gateway.tokens import Principal
+
+routes = web.RouteTableDef()
+
+
+def bearer_token(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def decode_json_body(ctx: ExecContext) -> ExecutionRequest:
+    """The REST body: UTF-8 JSON object validated by ExecutionRequest."""
+    raw = ctx.payload
+    assert isinstance(raw, bytes)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _invalid("body", f"not UTF-8 at byte {exc.start}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise _invalid("body", f"malformed JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise _invalid("body", "must be a JSON object")
+    return ExecutionRequest.model_validate(data)
+
+
+def _invalid(field: str, message: str) -> GatewayError:
+    return GatewayError(
+        errors.INVALID_REQUEST, f"{field}: {message}", fields=[{"field": field, "message": message}]
+    )
+
+
+async def read_body(request: web.Request) -> bytes:
+    limit = request.app[SERVICES].settings.server.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise GatewayError(errors.TOO_LARGE, f"body over {limit} bytes", limit_bytes=limit)
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise GatewayError(
+            errors.TOO_LARGE, f"body over {limit} bytes", limit_bytes=limit
+        ) from None
+
+
+def new_context(request: web.Request, ingress: str, body: bytes) -> ExecContext:
+    return ExecContext(
+        ingress=ingress,
+        source_ip=request.remote or "",
+        bearer=bearer_token(request),
+        payload=body,
+        decode=decode_json_body,
+    )
+
+
+@routes.post("/v1/executions")
+async def create_execution(request: web.Request) -> web.Response:
+    body = await read_body(request)
+    ctx = await request.app[PIPELINE].run(new_context(request, "rest", body))
+    record = await request.app[SERVICES].store.get(ctx.execution_id)
+    assert record is not None and record["result"] is not None
+    return web.json_response(record["result"])
+
+
+@routes.get("/v1/executions/{execution_id}")
+async def get_execution(request: web.Request) -> web.Response:
+    svc = request.app[SERVICES]
+    principal = await authenticated(request)
+    wait_s = _wait_param(request, svc.settings.server.max_wait_s)
+    record = await svc.store.get(request.match_info["execution_id"], wait_s=wait_s)
+    # Another tenant's execution is indistinguishable from a missing one.
+    if record is None or record["tenant"] != principal.tenant:
+        raise GatewayError(errors.NOT_FOUND, "no such execution")
+    return web.json_response(record)
+
+
+async def authenticated(request: web.Request) -> Principal:
+    """Verify the bearer of a non-pipeline request; a failure is audited like any other."""
+    svc = request.app[SERVICES]
+    try:
+        return await verify_bearer(svc, bearer_token(request))
+    except GatewayError as exc:
+        await svc.audit.append(
+            "auth.failed",
+            request_id=new_id("req"),
+            execution_id=None,
+            tenant=None,
+            subject=None,
+            ingress="rest",
+            source_ip=request.remote or "",
+            path=request.path,
+            code=exc.code,
+            outcome=exc.kind.outcome,
+            message=exc.message,
+        )
+        raise
+
+
+def _wait_param(request: web.Request, max_wait_s: float) -> float:
+    raw = request.query.get("wait")
+    if raw is None:
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _invalid("wait", "must be a number of seconds") from None
+    if not 0 <= value <= max_wait_s or value != value:
+        raise _invalid("wait", f"must be between 0 and {max_wait_s}")
+    return value

@@ -1,0 +1,127 @@
+"""`/openapi.json`, generated from the pydantic models that validate requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from gateway import errors
+from gateway.models import ErrorResponse, ExecutionRecord, ExecutionRequest, ExecutionResponse
+
+_REF = "#/components/schemas/{model}"
+
+
+def _schemas(*models: type[BaseModel]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for model in models:
+        schema = model.model_json_schema(ref_template=_REF)
+        out.update(schema.pop("$defs", {}))
+        out[model.__name__] = schema
+    return out
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": _REF.format(model=name)}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": _ref("ErrorResponse")}},
+    }
+
+
+def _json(name: str, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(name)}}}
+
+
+def build_openapi(version: str) -> dict[str, Any]:
+    codes = ", ".join(k.code for k in errors.ALL_KINDS)
+    bearer = [{"bearer": []}]
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "execgate",
+            "version": version,
+            "description": "Policy-enforcing gateway for AI-generated code execution. "
+            f"Error codes: {codes}.",
+        },
+        "components": {
+            "schemas": _schemas(
+                ExecutionRequest, ExecutionResponse, ExecutionRecord, ErrorResponse
+            ),
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
+            },
+        },
+        "paths": {
+            "/v1/executions": {
+                "post": {
+                    "summary": "Run code in a fresh sandbox",
+                    "security": bearer,
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref("ExecutionRequest")}},
+                    },
+                    "responses": {
+                        "200": _json(
+                            "ExecutionResponse", "The code ran (whatever its exit status)"
+                        ),
+                        "400": _error("invalid_request: error.fields lists each bad field"),
+                        "401": _error("unauthenticated"),
+                        "403": _error("forbidden (scope) or policy_denied (error.reasons)"),
+                        "413": _error("too_large"),
+                        "429": _error("rate_limited or quota_exceeded, with Retry-After"),
+                        "503": _error("policy_unavailable, policy_invalid, backend_unavailable"),
+                    },
+                }
+            },
+            "/v1/executions/{execution_id}": {
+                "get": {
+                    "summary": "An execution record; ?wait=S long-polls until done",
+                    "security": bearer,
+                    "parameters": [
+                        {
+                            "name": "execution_id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        },
+                        {
+                            "name": "wait",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "number", "minimum": 0},
+                        },
+                    ],
+                    "responses": {
+                        "200": _json("ExecutionRecord", "The record"),
+                        "401": _error("unauthenticated"),
+                        "404": _error("not_found (or another tenant's)"),
+                    },
+                }
+            },
+            "/healthz": {
+                "get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}
+            },
+            "/readyz": {
+                "get": {
+                    "summary": "Readiness: policy engine, backends and audit log usable",
+                    "responses": {
+                        "200": {"description": "ready"},
+                        "503": {"description": "not ready"},
+                    },
+                }
+            },
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus metrics",
+                    "responses": {"200": {"description": "text"}},
+                }
+            },
+            "/openapi.json": {
+                "get": {"summary": "This document", "responses": {"200": {"description": "json"}}}
+            },
+        },
+    }

@@ -1,0 +1,30 @@
+"""The shared resources the pipeline stages use, gathered in one object.
+
+Built once by the app's cleanup context (or by a test fixture) and passed to every
+stage; stages never reach for globals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from backends.base import SandboxBackend
+from gateway.admission import Admission
+from gateway.audit import AuditLog
+from gateway.executions import ExecutionStore
+from gateway.metrics import Metrics
+from gateway.policy.base import PolicyEngine
+from gateway.settings import Settings
+from gateway.tokens import TokenVerifier
+
+
+@dataclass
+class Services:
+    settings: Settings
+    verifier: TokenVerifier
+    engine: PolicyEngine
+    admission: Admission
+    backends: dict[str, SandboxBackend]
+    audit: AuditLog
+    store: ExecutionStore
+    metrics: Metrics = field(default_factory=Metrics)

@@ -1,0 +1,34 @@
+# What needs a human's approval before it runs.
+package execgate
+
+import rego.v1
+
+approval_ttl_s := 900
+
+# Modules through which code can load and call native code in-process, which
+# sidesteps every interpreter-level guarantee and widens the syscall surface.
+native_modules := {"ctypes", "_ctypes", "cffi", "_cffi_backend"}
+
+approval_reasons(v) := {msg |
+	v.features.native_code
+	msg := native_code_reason(v, sorted(v.imports & native_modules))
+}
+
+native_code_reason(v, found) := concat("", [
+	text(v.language), " code for tenant ", text(v.tenant),
+	" loads native code (", concat(", ", found), ")",
+]) if {
+	count(found) > 0
+} else := concat("", [text(v.language), " code for tenant ", text(v.tenant), " loads native code"])
+
+# An approval satisfies the policy only for the very code that was approved.
+# The gateway has already verified the token's signature, expiry and single
+# use; the policy only sees that it was presented and what it covers.
+approved(v) if {
+	v.approval.present == true
+	v.approval.code_sha256_match == true
+}
+
+pending_approval_reasons(v) := set() if {
+	approved(v)
+} else := approval_reasons(v)

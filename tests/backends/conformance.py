@@ -1,0 +1,407 @@
+"""The backend-agnostic conformance suite.
+
+A backend's test module subclasses `BackendConformance` (as `Test...`) and
+provides two fixtures: `backend` (a started SandboxBackend) and `residue_check`
+(an async callable asserting that nothing of any finished execution is left on
+the host);
+`host_canaries` comes from tests/backends/conftest.py.
+Everything here goes through the public interface only: ExecSpec in,
+ExecResult out. Programs are small and limits short so the suite stays fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import secrets
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from backends.base import ExecResult, ExecSpec, InputFile, Limits, SandboxBackend, Status
+
+_ids = itertools.count(1)
+
+HELLO = {
+    "python": "print('hello from python')",
+    "bash": "echo 'hello from bash'",
+    "javascript": "console.log('hello from javascript')",
+}
+EXIT_3 = {
+    "python": "import sys\nsys.stderr.write('bad\\n')\nsys.exit(3)",
+    "bash": "echo bad >&2\nexit 3",
+    "javascript": "process.stderr.write('bad\\n'); process.exit(3)",
+}
+ECHO_STDIN = {
+    "python": "import sys\nsys.stdout.write(sys.stdin.read().upper())",
+    "bash": "tr a-z A-Z",
+    "javascript": (
+        "let d='';process.stdin.on('data',c=>d+=c);"
+        "process.stdin.on('end',()=>process.stdout.write(d.toUpperCase()))"
+    ),
+}
+
+
+async def run(
+    backend: SandboxBackend,
+    language: str,
+    code: str,
+    *,
+    stdin: bytes = b"",
+    files: tuple[InputFile, ...] = (),
+    **limits: float,
+) -> ExecResult:
+    if language not in backend.capabilities.languages:
+        pytest.skip(f"{backend.name} does not serve {language}")
+    base = {"timeout_s": 10.0, "memory_mb": 256, "pids": 64, "disk_mb": 16}
+    base.update(limits)
+    spec = ExecSpec(
+        execution_id=f"exe_conformance_{next(_ids)}",
+        language=language,
+        code=code,
+        limits=Limits(**base),  # type: ignore[arg-type]
+        stdin=stdin,
+        files=files,
+    )
+    return await backend.run(spec)
+
+
+def lines(result: ExecResult) -> list[str]:
+    return result.stdout.decode().splitlines()
+
+
+class BackendConformance:
+    """Results, statuses, files, limits, isolation and residue of one backend."""
+
+    # --- results ------------------------------------------------------------------
+
+    @pytest.mark.parametrize("language", ["python", "bash", "javascript"])
+    async def test_hello(self, backend: SandboxBackend, language: str) -> None:
+        result = await run(backend, language, HELLO[language])
+        assert result.status == Status.OK, result.stderr
+        assert result.exit_code == 0
+        assert result.stdout == f"hello from {language}\n".encode()
+        assert result.stderr == b""
+        assert not result.truncated_stdout and not result.truncated_stderr
+        if backend.capabilities.usage_accounting:
+            assert result.usage.cpu_ms > 0 or result.usage.max_rss_kb > 0
+
+    @pytest.mark.parametrize("language", ["python", "bash", "javascript"])
+    async def test_exit_code_and_stderr(self, backend: SandboxBackend, language: str) -> None:
+        result = await run(backend, language, EXIT_3[language])
+        assert result.status == Status.ERROR
+        assert result.exit_code == 3
+        assert result.stderr == b"bad\n"
+        assert result.stdout == b""
+
+    @pytest.mark.parametrize("language", ["python", "bash", "javascript"])
+    async def test_stdin(self, backend: SandboxBackend, language: str) -> None:
+        result = await run(backend, language, ECHO_STDIN[language], stdin=b"abc\ndef\n")
+        assert result.status == Status.OK, result.stderr
+        assert result.stdout == b"ABC\nDEF\n"
+
+    async def test_unread_stdin_does_not_block(self, backend: SandboxBackend) -> None:
+        result = await run(backend, "python", "print('done')", stdin=b"x" * (4 << 20))
+        assert result.status == Status.OK
+        assert result.stdout == b"done\n"
+
+    async def test_large_code_runs(self, backend: SandboxBackend) -> None:
+        # Far beyond what fits in argv: the code travels as a file.
+        code = "x = 1\n" + "# padding\n" * 300_000 + "print(x)\n"
+        result = await run(backend, "python", code)
+        assert result.status == Status.OK, result.stderr
+        assert result.stdout == b"1\n"
+
+    async def test_non_ascii_round_trip(self, backend: SandboxBackend) -> None:
+        result = await run(backend, "python", "import sys\nprint(sys.stdin.read() + '✓ ü')",
+                           stdin="π\n".encode())  # fmt: skip
+        assert result.stdout.decode() == "π\n✓ ü\n"
+
+    # --- statuses -----------------------------------------------------------------
+
+    async def test_sleep_past_deadline_is_timeout(
+        self, backend: SandboxBackend, residue_check: Callable[[], Awaitable[None]]
+    ) -> None:
+        result = await run(backend, "bash", "echo started\nsleep 30\necho never", timeout_s=1)
+        assert result.status == Status.TIMEOUT
+        assert result.stdout == b"started\n"
+        await residue_check()
+
+    async def test_infinite_loop_is_timeout(
+        self, backend: SandboxBackend, residue_check: Callable[[], Awaitable[None]]
+    ) -> None:
+        result = await run(backend, "python", "while True:\n    pass", timeout_s=1)
+        assert result.status == Status.TIMEOUT
+        await residue_check()
+
+    async def test_memory_bomb_is_oom(
+        self, backend: SandboxBackend, residue_check: Callable[[], Awaitable[None]]
+    ) -> None:
+        code = "chunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))"
+        result = await run(backend, "python", code, memory_mb=64)
+        assert result.status == Status.OOM
+        assert any(e.kind == "oom" for e in result.events)
+        await residue_check()
+
+    async def test_output_flood_is_output_limit(
+        self, backend: SandboxBackend, residue_check: Callable[[], Awaitable[None]]
+    ) -> None:
+        code = "import sys\nwhile True:\n    sys.stdout.write('y' * 65536)"
+        result = await run(backend, "python", code, output_bytes=100_000)
+        assert result.status == Status.OUTPUT_LIMIT
+        assert result.truncated_stdout
+        assert len(result.stdout) + len(result.stderr) <= 100_000
+        assert set(result.stdout) == {ord("y")}
+        await residue_check()
+
+    async def test_output_limit_counts_both_streams(self, backend: SandboxBackend) -> None:
+        code = (
+            "import sys\n"
+            "for _ in range(100):\n"
+            "    print('o' * 999)\n"
+            "    print('e' * 999, file=sys.stderr)\n"
+        )
+        result = await run(backend, "python", code, output_bytes=50_000)
+        assert result.status == Status.OUTPUT_LIMIT
+        assert len(result.stdout) + len(result.stderr) <= 50_000
+
+    async def test_output_under_limit_is_complete(self, backend: SandboxBackend) -> None:
+        code = "import sys\nsys.stdout.write('z' * 200_000)"
+        result = await run(backend, "python", code, output_bytes=200_000)
+        assert result.status == Status.OK
+        assert len(result.stdout) == 200_000 and not result.truncated_stdout
+
+    async def test_crash_by_signal_is_killed(
+        self, backend: SandboxBackend, residue_check: Callable[[], Awaitable[None]]
+    ) -> None:
+        result = await run(backend, "python", "import ctypes\nctypes.string_at(0)")
+        assert result.status == Status.KILLED
+        assert result.exit_code == 128 + 11
+        await residue_check()
+
+    # --- files --------------------------------------------------------------------
+
+    async def test_input_files_in_output_files_out(self, backend: SandboxBackend) -> None:
+        code = (
+            "import os\n"
+            "print(open('data/in.csv').read().strip())\n"
+            "open('data/in.csv', 'a').write('3,4\\n')\n"
+            "os.makedirs('out/deep', exist_ok=True)\n"
+            "open('out/deep/result.txt', 'w').write('42')\n"
+            "open('/tmp/scratch', 'w').write('not collected')\n"
+        )
+        files = (InputFile("data/in.csv", b"1,2\n"), InputFile("keep.txt", b"same"))
+        result = await run(backend, "python", code, files=files)
+        assert result.status == Status.OK, result.stderr
+        assert result.stdout == b"1,2\n"
+        got = {f.path: f.content for f in result.files}
+        # Unchanged inputs are not echoed back; changed ones and new ones are.
+        assert got == {"data/in.csv": b"1,2\n3,4\n", "out/deep/result.txt": b"42"}
+        assert all(f.size == len(f.content) for f in result.files)
+
+    async def test_links_and_fifos_are_not_collected(self, backend: SandboxBackend) -> None:
+        code = (
+            "ln -s /etc/passwd passwd-link\n"
+            "ln -s /workspace/real.txt self-link\n"
+            "mkfifo pipe\n"
+            "mkdir d && ln -s / d/root\n"
+            "echo real > real.txt\n"
+        )
+        result = await run(backend, "bash", code)
+        assert result.status == Status.OK, result.stderr
+        assert [(f.path, f.content) for f in result.files] == [("real.txt", b"real\n")]
+
+    # --- limits -------------------------------------------------------------------
+
+    async def test_pids_limit(
+        self, backend: SandboxBackend, residue_check: Callable[[], Awaitable[None]]
+    ) -> None:
+        code = (
+            "import os, time\n"
+            "n = 0\n"
+            "for _ in range(200):\n"
+            "    try:\n"
+            "        if os.fork() == 0:\n"
+            "            time.sleep(5)\n"
+            "            os._exit(0)\n"
+            "        n += 1\n"
+            "    except OSError:\n"
+            "        break\n"
+            "print(n)\n"
+        )
+        result = await run(backend, "python", code, pids=16)
+        assert result.status == Status.OK, result.stderr
+        assert int(result.stdout) < 16
+        await residue_check()
+
+    async def test_disk_limit(
+        self, backend: SandboxBackend, residue_check: Callable[[], Awaitable[None]]
+    ) -> None:
+        code = (
+            "try:\n"
+            "    with open('big', 'wb') as f:\n"
+            "        for _ in range(64):\n"
+            "            f.write(b'0' * (1 << 20))\n"
+            "            f.flush()\n"
+            "except OSError as exc:\n"
+            "    print('refused', exc.errno)\n"
+        )
+        result = await run(backend, "python", code, disk_mb=8)
+        assert result.stdout.startswith(b"refused"), (result.status, result.stderr)
+        await residue_check()
+
+    # --- isolation ----------------------------------------------------------------
+
+    async def test_runs_unprivileged_without_new_privileges(self, backend: SandboxBackend) -> None:
+        code = (
+            "import os\n"
+            "lines = open('/proc/self/status').read().splitlines()\n"
+            "status = dict(line.split(':\\t', 1) for line in lines)\n"
+            "print(os.getuid(), os.geteuid(), status['NoNewPrivs'], status['CapEff'])\n"
+        )
+        result = await run(backend, "python", code)
+        uid, euid, no_new_privs, cap_eff = result.stdout.split()
+        assert int(uid) != 0 and int(euid) != 0
+        assert no_new_privs == b"1"
+        assert int(cap_eff, 16) == 0
+
+    async def test_environment_is_not_inherited(
+        self, backend: SandboxBackend, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        canary = "canary-" + secrets.token_hex(8)
+        monkeypatch.setenv("EXECGATE_TEST_CANARY", canary)
+        code = "import json, os\nprint(json.dumps(dict(os.environ)))"
+        result = await run(backend, "python", code)
+        env = json.loads(result.stdout)
+        assert "EXECGATE_TEST_CANARY" not in env
+        assert canary not in result.stdout.decode()
+        assert not any(k.startswith("EXECGATE_") for k in env)
+
+    async def test_host_files_are_invisible(
+        self, backend: SandboxBackend, host_canaries: list[Path]
+    ) -> None:
+        checks = "\n".join(
+            f"try:\n    print(open({str(p)!r}).read())\n"
+            "except OSError as e:\n    print('no', e.errno)"
+            for p in host_canaries
+        )
+        result = await run(backend, "python", checks)
+        for path in host_canaries:
+            assert path.read_text() not in result.stdout.decode()
+        assert lines(result) == ["no 2"] * len(host_canaries), result.stdout
+
+    async def test_host_secrets_are_not_mounted(self, backend: SandboxBackend) -> None:
+        code = (
+            "import os\n"
+            "for p in ['/root', '/home', '/etc/shadow', '/var', '/srv', '/sys/fs/cgroup',\n"
+            "          '/run', '/proc/1/root/etc/shadow']:\n"
+            "    print(p, os.path.exists(p) and bool(os.listdir(p) if os.path.isdir(p) else 1))\n"
+        )
+        result = await run(backend, "python", code)
+        assert all(line.endswith("False") for line in lines(result)), result.stdout
+
+    async def test_writing_outside_the_workspace_fails(self, backend: SandboxBackend) -> None:
+        code = (
+            "for p in ['/x', '/etc/x', '/usr/bin/x', '/bin/x', '/code/x', '/proc/x',\n"
+            "          '/dev/x', '/workspace/ok', '/tmp/ok']:\n"
+            "    try:\n"
+            "        open(p, 'w').write('1')\n"
+            "        print(p, 'written')\n"
+            "    except OSError:\n"
+            "        print(p, 'refused')\n"
+        )
+        result = await run(backend, "python", code)
+        verdicts = dict(line.split() for line in lines(result))
+        assert verdicts.pop("/workspace/ok") == "written"
+        assert verdicts.pop("/tmp/ok") == "written"
+        assert set(verdicts.values()) == {"refused"}, verdicts
+
+    async def test_host_loopback_is_unreachable(self, backend: SandboxBackend) -> None:
+        connections: list[object] = []
+
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            connections.append(writer.get_extra_info("peername"))
+            writer.close()
+
+        server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        code = (
+            "import socket\n"
+            "s = socket.socket()\n"
+            "s.settimeout(2)\n"
+            "try:\n"
+            f"    s.connect(('127.0.0.1', {port}))\n"
+            "    print('connected')\n"
+            "except OSError as e:\n"
+            "    print('blocked', type(e).__name__)\n"
+            "print(sorted(n for _, n in socket.if_nameindex()))\n"
+        )
+        async with server:
+            result = await run(backend, "python", code)
+        assert lines(result)[0].startswith("blocked"), result.stdout
+        assert connections == []
+        assert lines(result)[1] in ("['lo']", "[]")
+
+    async def test_dns_and_outside_addresses_fail(self, backend: SandboxBackend) -> None:
+        code = (
+            "import socket\n"
+            "try:\n"
+            "    socket.create_connection(('192.0.2.1', 80), timeout=1)\n"
+            "    print('connected')\n"
+            "except OSError as e:\n"
+            "    print('blocked')\n"
+        )
+        result = await run(backend, "python", code)
+        assert lines(result) == ["blocked"]
+
+    async def test_nothing_persists_between_executions(self, backend: SandboxBackend) -> None:
+        token = secrets.token_hex(6)
+        write = "\n".join(f"echo {token} > {d}/left" for d in ("/workspace", "/tmp", "/dev/shm"))
+        first = await run(backend, "bash", write)
+        assert first.status == Status.OK, first.stderr
+        listing = "import os\nprint([os.listdir(d) for d in ('/workspace', '/tmp', '/dev/shm')])"
+        second = await run(backend, "python", listing)
+        assert second.stdout == b"[[], [], []]\n"
+
+    async def test_concurrent_executions_cannot_see_each_other(
+        self, backend: SandboxBackend, residue_check: Callable[[], Awaitable[None]]
+    ) -> None:
+        code = (
+            "import os, time, json\n"
+            "me = open('/workspace/whoami').read()\n"
+            "open('/tmp/mark-' + me, 'w').write(me)\n"
+            "time.sleep(0.5)\n"
+            "procs = []\n"
+            "for pid in os.listdir('/proc'):\n"
+            "    if pid.isdigit():\n"
+            "        try: procs.append(open(f'/proc/{pid}/cmdline').read())\n"
+            "        except OSError: pass\n"
+            "print(json.dumps({'tmp': sorted(os.listdir('/tmp')), 'ws': sorted(os.listdir('.')),\n"
+            "                  'procs': len(procs)}))\n"
+        )
+        a, b = await asyncio.gather(
+            run(backend, "python", code, files=(InputFile("whoami", b"A"),)),
+            run(backend, "python", code, files=(InputFile("whoami", b"B"),)),
+        )
+        seen_a, seen_b = json.loads(a.stdout), json.loads(b.stdout)
+        assert seen_a["tmp"] == ["mark-A"] and seen_b["tmp"] == ["mark-B"]
+        assert seen_a["ws"] == ["whoami"] and seen_b["ws"] == ["whoami"]
+        assert seen_a["procs"] == 1 and seen_b["procs"] == 1
+        await residue_check()
+
+    async def test_processes_do_not_outlive_the_execution(
+        self, backend: SandboxBackend, residue_check: Callable[[], Awaitable[None]]
+    ) -> None:
+        code = (
+            "sleep 60 &\n"
+            "(sleep 61 &)\n"
+            "setsid sleep 62 &\n"
+            "nohup bash -c 'while :; do sleep 1; done' >/dev/null 2>&1 &\n"
+            "echo parent done\n"
+        )
+        result = await run(backend, "bash", code)
+        assert result.status == Status.OK, result.stderr
+        assert result.stdout == b"parent done\n"
+        await residue_check()

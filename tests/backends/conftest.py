@@ -1,0 +1,146 @@
+"""Fixtures shared by the backend tests: real backends, host-side checks."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from backends.nsjail import NsjailBackend
+from backends.nsjail_settings import NsjailSettings
+
+
+def missing_component(reason: str) -> None:
+    """Skip locally, but in CI a missing component is a failure."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        missing_component("the nsjail backend needs root (mounts, uid maps, cgroups)")
+
+
+@pytest.fixture
+def sandbox_state_dir() -> Iterator[Path]:
+    # Not under pytest's tmp_path: its parents are 0700 and the sandbox uid must
+    # be able to traverse to its bind-mount sources.
+    path = Path(tempfile.mkdtemp(prefix="execgate-nsjail-test-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def nsjail_settings(sandbox_state_dir: Path) -> NsjailSettings:
+    require_root()
+    # A uid of this test process's own, so host-side "no process left with the
+    # sandbox uid" checks cannot see another run's sandboxes.
+    uid = 170000 + os.getpid() % 20000
+    return NsjailSettings(state_dir=str(sandbox_state_dir), sandbox_uid=uid, sandbox_gid=uid)
+
+
+@pytest.fixture
+async def nsjail_backend(nsjail_settings: NsjailSettings) -> AsyncIterator[NsjailBackend]:
+    backend = NsjailBackend(nsjail_settings)
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+def processes_with_uid(uid: int) -> list[tuple[int, str]]:
+    """(pid, name) of every host process whose real or effective uid is `uid`."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status", encoding="utf-8") as f:
+                status = f.read()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        uids = {int(u) for u in fields.get("Uid", "").split()}
+        if uid in uids:
+            found.append((int(entry.name), fields.get("Name", "").strip()))
+    return found
+
+
+def ids_of_processes_named(prefix: str) -> list[tuple[list[int], list[int]]]:
+    """(uids, gids) of host processes whose command line starts with `prefix`."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = Path(entry.path, "cmdline").read_bytes()
+            status = Path(entry.path, "status").read_text()
+        except OSError:
+            continue
+        if cmdline.startswith(prefix.encode()):
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            uids = [int(x) for x in fields["Uid"].split()]
+            gids = [int(x) for x in fields["Gid"].split()]
+            found.append((uids, gids))
+    return found
+
+
+def sandbox_of(pid: int) -> str:
+    """The name of the cgroup (so: the sandbox) a host process is in, or ""."""
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(",") or controllers == "":
+            return path.rsplit("/", 1)[-1]
+    return ""
+
+
+async def assert_nsjail_host_clean(backend: NsjailBackend) -> None:
+    """Nothing of any finished execution of `backend` is left on the host: only
+    the sandboxes made ahead for the next requests (and waiting) exist."""
+    await backend.wait_settled()
+    ready = backend.ready_sandboxes
+    uid = backend.settings.sandbox_uid
+    strays = [(pid, name) for pid, name in processes_with_uid(uid) if sandbox_of(pid) not in ready]
+    assert strays == [], (
+        "sandbox processes outlived their execution",
+        [(p, sandbox_of(p)) for p, _ in strays],
+        ready,
+    )
+    prefix = backend.instance_prefix
+    assert backend.cgroups is not None
+    assert {n for n in backend.cgroups.children() if n.startswith(prefix)} == ready
+    assert {n for n in backend.workspaces.names() if n.startswith(prefix)} == ready
+    assert mounts_under(backend.workspaces.runs_dir) == ready, "a workspace is still mounted"
+
+
+def mounts_under(directory: Path) -> set[str]:
+    """Names of the mount points directly under `directory`."""
+    prefix = str(directory) + "/"
+    points = (line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    return {point[len(prefix) :] for point in points if point.startswith(prefix)}
+
+
+@pytest.fixture
+def host_canaries() -> Iterator[list[Path]]:
+    """Files only the gateway's side has: one under /root, one under /tmp."""
+    token = secrets.token_hex(8)
+    made = []
+    for directory in (Path("/root"), Path("/tmp")):
+        if os.access(directory, os.W_OK):
+            path = directory / f".execgate-canary-{token}"
+            path.write_text(f"CANARY-{token}-{directory.name}")
+            made.append(path)
+    yield made
+    for path in made:
+        path.unlink(missing_ok=True)

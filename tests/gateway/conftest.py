@@ -1,0 +1,95 @@
+"""Fixtures that build a real gateway: real nsjail, real embedded Rego, real audit log."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from gateway.app import create_app
+from gateway.settings import Settings, load_settings
+from gateway.tokens import mint_token
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        message = "the nsjail backend needs root (cgroups, tmpfs, uid maps)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def make_settings(root: Path, **env: str) -> Settings:
+    # Sandbox state must not live under pytest's tmp_path: its parents are 0700 and
+    # the sandbox uid has to traverse to its bind-mount sources.
+    sandboxes = root / "sandbox-dir"
+    if not sandboxes.is_symlink():
+        real = Path(tempfile.mkdtemp(prefix="execgate-gw-test-", dir="/tmp"))
+        sandboxes.symlink_to(real)
+    base = {
+        "EXECGATE_AUDIT_PATH": str(root / "audit.jsonl"),
+        "EXECGATE_STATE_PATH": str(root / "state.db"),
+        "EXECGATE_AUTH_HS256_SECRET_FILE": str(root / "hs256.key"),
+        "EXECGATE_POLICY_PATH": str(REPO / "policies"),
+        "EXECGATE_BACKENDS_NSJAIL_STATE_DIR": str(sandboxes.resolve()),
+        "EXECGATE_TENANTS_ACME_RATE_PER_S": "1000",
+        "EXECGATE_TENANTS_ACME_BURST": "1000",
+        "EXECGATE_TENANTS_ACME_MAX_CONCURRENT": "8",
+    }
+    return load_settings(None, env={**base, **env})
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    require_root()
+    return make_settings(tmp_path)
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any, settings: Settings) -> TestClient:
+    return await aiohttp_client(create_app(settings))
+
+
+@pytest.fixture
+def token(settings: Settings) -> Callable[..., str]:
+    """Mint a token with the gateway's development key (created on first use)."""
+    from gateway.keys import load_or_create_dev_secret
+
+    def make(
+        tenant: str = "acme",
+        sub: str = "agent-7",
+        scopes: str = "exec:python exec:bash exec:javascript",
+        ttl_s: int = 600,
+        **extra: Any,
+    ) -> str:
+        secret = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
+        return mint_token(
+            secret,
+            tenant=tenant,
+            sub=sub,
+            scopes=scopes.split(),
+            ttl_s=ttl_s,
+            extra_claims=extra or None,
+        )
+
+    return make
+
+
+def auth(tok: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {tok}"}
+
+
+def audit_records(settings: Settings) -> list[dict[str, Any]]:
+    import json
+
+    path = Path(settings.audit.path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,248 @@
+"""POST /v1/executions and GET /v1/executions/{id} end to end: real HTTP, real JWT,
+real embedded Rego, real nsjail, real audit log."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from typing import Any
+
+import jwt
+import pytest
+from aiohttp.test_utils import TestClient
+
+from gateway.audit_chain import verify_file
+from gateway.settings import Settings
+from tests.gateway.conftest import audit_records, auth
+
+pytestmark = pytest.mark.integration
+
+Token = Callable[..., str]
+
+
+async def post(client: TestClient, tok: str | None, body: Any, **kw: Any) -> tuple[int, Any]:
+    headers = auth(tok) if tok else {}
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    resp = await client.post("/v1/executions", data=data, headers=headers, **kw)
+    return resp.status, await resp.json()
+
+
+async def test_python_runs_and_everything_is_recorded(
+    client: TestClient, token: Token, settings: Settings
+) -> None:
+    status, body = await post(client, token(), {"language": "python", "code": "print(6*7)"})
+    assert status == 200, body
+    assert body["status"] == "ok" and body["exit_code"] == 0
+    assert body["stdout"] == "42\n" and body["stderr"] == ""
+    assert body["backend"] == "nsjail" and body["decision_id"].startswith("dec_")
+    assert body["limits"]["timeout_s"] <= 30 and body["usage"]["cpu_ms"] >= 0
+    types = [
+        r["type"] for r in audit_records(settings) if r["execution_id"] == body["execution_id"]
+    ]
+    assert types == ["policy.decided", "execution.started", "execution.finished"]
+    assert verify_file(settings.audit.path).ok
+
+
+async def test_exit_status_stdin_and_files(client: TestClient, token: Token) -> None:
+    code = "read x; echo got $x; cat data.txt; echo out > result.txt; exit 3"
+    status, body = await post(
+        client,
+        token(),
+        {
+            "language": "bash",
+            "code": code,
+            "stdin": "hello\n",
+            "files": [{"path": "data.txt", "content_b64": base64.b64encode(b"file!\n").decode()}],
+        },
+    )
+    assert status == 200, body
+    assert (body["status"], body["exit_code"]) == ("error", 3)
+    assert body["stdout"] == "got hello\nfile!\n"
+    files = {f["path"]: base64.b64decode(f["content_b64"]) for f in body["files"]}
+    assert files == {"result.txt": b"out\n"}
+
+
+async def test_get_execution_same_tenant_only(client: TestClient, token: Token) -> None:
+    status, body = await post(client, token(), {"language": "python", "code": "print(1)"})
+    assert status == 200
+    url = f"/v1/executions/{body['execution_id']}"
+    resp = await client.get(url + "?wait=1", headers=auth(token()))
+    record = await resp.json()
+    assert resp.status == 200 and record["status"] == "done"
+    assert record["result"]["stdout"] == "1\n"
+    other = await client.get(url, headers=auth(token(tenant="globex")))
+    assert other.status == 404
+    anonymous = await client.get(url)
+    assert anonymous.status == 401
+    bad_wait = await client.get(url + "?wait=abc", headers=auth(token()))
+    assert bad_wait.status == 400
+    assert (await bad_wait.json())["error"]["fields"][0]["field"] == "wait"
+
+
+async def test_timeout_is_reported(client: TestClient, token: Token) -> None:
+    status, body = await post(
+        client,
+        token(),
+        {"language": "python", "code": "import time; time.sleep(30)", "limits": {"timeout_s": 1}},
+    )
+    assert status == 200 and body["status"] == "timeout"
+    assert body["limits"]["timeout_s"] == 1
+
+
+async def test_limits_are_clamped_to_the_tenant_ceiling(client: TestClient, token: Token) -> None:
+    status, body = await post(
+        client,
+        token(),
+        {"language": "python", "code": "pass", "limits": {"timeout_s": 9999, "memory_mb": 99999}},
+    )
+    assert status == 200, body
+    assert body["limits"]["timeout_s"] == 30 and body["limits"]["memory_mb"] == 512
+
+
+# --- authentication ---------------------------------------------------------------
+
+
+def _forged(settings: Settings, **overrides: Any) -> str:
+    from pathlib import Path
+
+    from gateway.keys import load_or_create_dev_secret
+
+    secret = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
+    claims = {
+        "sub": "x",
+        "tenant": "acme",
+        "scope": "exec:python",
+        "iat": 1_700_000_000,
+        "exp": 4_000_000_000,
+    }
+    claims.update(overrides)
+    return jwt.encode({k: v for k, v in claims.items() if v is not None}, secret, "HS256")
+
+
+def _alg_none() -> str:
+    def seg(obj: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+    return f"{seg({'alg': 'none', 'typ': 'JWT'})}.{seg({'sub': 'x', 'tenant': 'acme'})}."
+
+
+@pytest.mark.parametrize(
+    "make_token",
+    [
+        pytest.param(lambda s, t: None, id="missing"),
+        pytest.param(lambda s, t: "not-a-jwt", id="garbage"),
+        pytest.param(lambda s, t: _forged(s, iat=1_700_000_000, exp=1_700_000_600), id="expired"),
+        pytest.param(
+            lambda s, t: jwt.encode(
+                {"sub": "x", "tenant": "acme", "iat": 1, "exp": 4_000_000_000}, b"k" * 32, "HS256"
+            ),
+            id="wrong-signature",
+        ),
+        pytest.param(lambda s, t: _alg_none(), id="alg-none"),
+        pytest.param(lambda s, t: _forged(s, tenant=None), id="missing-tenant"),
+        pytest.param(lambda s, t: _forged(s, sub=None), id="missing-sub"),
+    ],
+)
+async def test_bad_tokens_are_refused_and_audited(
+    client: TestClient, token: Token, settings: Settings, make_token: Any
+) -> None:
+    status, body = await post(
+        client, make_token(settings, token), {"language": "python", "code": "print(1)"}
+    )
+    assert status == 401 and body["error"]["code"] == "unauthenticated"
+    last = audit_records(settings)[-1]
+    assert last["type"] == "auth.failed" and last["code"] == "unauthenticated"
+    assert "Bearer" not in json.dumps(last)
+
+
+async def test_missing_scope_is_forbidden_and_audited(
+    client: TestClient, token: Token, settings: Settings
+) -> None:
+    status, body = await post(
+        client, token(scopes="exec:bash"), {"language": "python", "code": "print(1)"}
+    )
+    assert status == 403 and body["error"]["code"] == "forbidden"
+    assert audit_records(settings)[-1]["type"] == "auth.failed"
+
+
+# --- policy -----------------------------------------------------------------------
+
+
+async def test_policy_denial_has_reasons_and_is_audited(
+    client: TestClient, token: Token, settings: Settings
+) -> None:
+    status, body = await post(
+        client,
+        token(),
+        {"language": "python", "code": "print(1)", "network": {"egress": ["api.example.com:443"]}},
+    )
+    assert status == 403 and body["error"]["code"] == "policy_denied"
+    assert any("net:egress" in r for r in body["error"]["reasons"])
+    decided = [r for r in audit_records(settings) if r["type"] == "policy.decided"][-1]
+    assert decided["allow"] is False and decided["decision_id"] == body["error"]["decision_id"]
+    assert not [r for r in audit_records(settings) if r["type"] == "execution.started"]
+
+
+async def test_native_code_needs_approval(client: TestClient, token: Token) -> None:
+    status, body = await post(client, token(), {"language": "python", "code": "import ctypes"})
+    assert status == 403 and body["error"]["code"] == "policy_denied"
+    assert body["error"]["require_approval"] is True
+
+
+# --- bad input --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b"{not json", "body"),
+        (b"\xff\xfe{}", "body"),
+        (b"[1, 2]", "body"),
+        ({"code": "print(1)"}, "language"),
+        ({"language": "python"}, "code"),
+        ({"language": "python", "code": 42}, "code"),
+        ({"language": "cobol", "code": "x"}, "language"),
+        ({"language": "python", "code": "\ud800"}, "code"),
+        ({"language": "python", "code": "x", "surprise": 1}, "surprise"),
+        ({"language": "python", "code": "x", "limits": {"timeout_s": -1}}, "limits.timeout_s"),
+        ({"language": "python", "code": "x", "limits": {"memory_mb": "lots"}}, "limits.memory_mb"),
+        (
+            {
+                "language": "python",
+                "code": "x",
+                "files": [{"path": "../etc/passwd", "content_b64": ""}],
+            },
+            "files.0.path",
+        ),
+        (
+            {"language": "python", "code": "x", "files": [{"path": "a", "content_b64": "%%"}]},
+            "files.0.content_b64",
+        ),
+        ({"language": "python", "code": "x", "network": {"egress": ["no port"]}}, "network.egress"),
+        ({"language": "python", "code": "x", "backend": "qemu"}, "backend"),
+    ],
+)
+async def test_bad_input_names_the_field(
+    client: TestClient, token: Token, body: Any, field: str
+) -> None:
+    status, answer = await post(client, token(), body)
+    assert status == 400, answer
+    assert answer["error"]["code"] == "invalid_request"
+    assert field in [f["field"] for f in answer["error"]["fields"]]
+    # ...and the gateway keeps serving.
+    status, ok = await post(client, token(), {"language": "python", "code": "print(1)"})
+    assert status == 200 and ok["stdout"] == "1\n"
+
+
+async def test_huge_body_is_413(client: TestClient, token: Token, settings: Settings) -> None:
+    big = b'{"language":"python","code":"' + b"#" * (settings.server.max_body_bytes + 10) + b'"}'
+    status, body = await post(client, token(), big)
+    assert status == 413 and body["error"]["code"] == "too_large"
+
+
+async def test_unknown_path_and_method_in_error_shape(client: TestClient) -> None:
+    resp = await client.get("/v1/nothing-here")
+    assert resp.status == 404 and (await resp.json())["error"]["code"] == "not_found"
+    resp = await client.put("/v1/executions")
+    assert resp.status == 405 and (await resp.json())["error"]["code"] == "method_not_allowed"

@@ -1,0 +1,126 @@
+"""The `execgate` command line, run as a real subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import jwt
+import pytest
+from aiohttp.test_utils import TestServer
+
+from gateway.app import create_app
+from gateway.audit import AuditLog
+from gateway.keys import load_or_create_dev_secret
+from gateway.settings import Settings
+
+EXECGATE = [sys.executable, "-m", "gateway"]
+
+
+def cli_env(settings: Settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EXECGATE_")}
+    env.update(
+        EXECGATE_AUDIT_PATH=settings.audit.path,
+        EXECGATE_AUTH_HS256_SECRET_FILE=settings.auth.hs256_secret_file,
+        EXECGATE_BACKENDS_DEFAULT="noop",
+    )
+    return env
+
+
+async def run_cli(*args: str, env: dict[str, str], stdin: bytes = b"") -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *EXECGATE,
+        *args,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    out, err = await proc.communicate(stdin)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_token_is_signed_with_the_development_key(settings: Settings) -> None:
+    code, out, err = await run_cli(
+        "token",
+        "--tenant",
+        "acme",
+        "--sub",
+        "dev",
+        "--scope",
+        "exec:python exec:bash",
+        "--ttl",
+        "30m",
+        env=cli_env(settings),
+    )
+    assert code == 0, err
+    secret = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
+    claims = jwt.decode(out.strip(), secret, algorithms=["HS256"])
+    assert (claims["tenant"], claims["sub"]) == ("acme", "dev")
+    assert claims["scope"].split() == ["exec:python", "exec:bash"]
+    assert 1700 <= claims["exp"] - claims["iat"] <= 1800
+    assert oct(Path(settings.auth.hs256_secret_file).stat().st_mode & 0o777) == "0o600"
+
+
+async def test_audit_verify_detects_tampering(settings: Settings) -> None:
+    log = AuditLog(Path(settings.audit.path))
+    await log.start()
+    for i in range(5):
+        await log.append(
+            "test.event", request_id=f"r{i}", execution_id=None, tenant="acme", subject="s", n=i
+        )
+    await log.close()
+    env = cli_env(settings)
+    code, out, _ = await run_cli("audit", "verify", settings.audit.path, env=env)
+    assert code == 0 and "5 records" in out
+
+    lines = Path(settings.audit.path).read_text().splitlines()
+    record = json.loads(lines[2])
+    record["n"] = 99
+    lines[2] = json.dumps(record)
+    Path(settings.audit.path).write_text("\n".join(lines) + "\n")
+    code, _, err = await run_cli("audit", "verify", settings.audit.path, env=env)
+    assert code == 1 and "seq=3" in err
+
+
+async def test_audit_tail_filters(settings: Settings) -> None:
+    log = AuditLog(Path(settings.audit.path))
+    await log.start()
+    await log.append("a.one", request_id="r", execution_id="exe_1", tenant="acme", subject="s")
+    await log.append("b.two", request_id="r", execution_id="exe_2", tenant="acme", subject="s")
+    await log.close()
+    code, out, err = await run_cli("audit", "tail", "--type", "b.two", env=cli_env(settings))
+    assert code == 0, err
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["execution_id"] for r in records] == ["exe_2"]
+
+
+@pytest.mark.integration
+async def test_exec_prints_output_and_exits_with_the_code_status(
+    settings: Settings, tmp_path: Path
+) -> None:
+    server = TestServer(create_app(settings), host="127.0.0.1")
+    await server.start_server()
+    try:
+        env = {k: v for k, v in cli_env(settings).items() if k != "EXECGATE_BACKENDS_DEFAULT"}
+        env["EXECGATE_URL"] = str(server.make_url("/"))
+        env["EXECGATE_STATE_PATH"] = settings.state.path
+        script = tmp_path / "script.sh"
+        script.write_text("echo hello; echo oops >&2; exit 3\n")
+        code, out, err = await run_cli("exec", "--lang", "bash", str(script), env=env)
+        assert (code, out, err) == (3, "hello\n", "oops\n")
+        code, out, _ = await run_cli(
+            "exec", "--lang", "python", "-", env=env, stdin=b"print(2+2)\n"
+        )
+        assert (code, out) == (0, "4\n")
+        code, _, err = await run_cli(
+            "exec", "--lang", "python", "--token", "bad", "-", env=env, stdin=b"print(1)"
+        )
+        assert code == 125 and "unauthenticated" in err
+    finally:
+        await server.close()

