@@ -3,8 +3,14 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The real OPA server, built from its Go module at a pinned v1 release (no prebuilt
+# binary can be downloaded here), cached outside the tree so clean clones reuse it.
+OPA_VERSION ?= v1.22.4
+OPA_DIR     ?= $(HOME)/.cache/execgate/opa/$(OPA_VERSION)
+OPA         := $(OPA_DIR)/opa
+export EXECGATE_OPA_BIN := $(OPA)
 
-.PHONY: run test lint fmt bench venv clean
+.PHONY: run test lint fmt bench venv opa clean
 
 venv: $(STAMP)
 
@@ -14,11 +20,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+opa: $(OPA)
+
+$(OPA):
+	mkdir -p $(OPA_DIR)
+	GOBIN=$(OPA_DIR) GOFLAGS=-mod=mod go install github.com/open-policy-agent/opa@$(OPA_VERSION)
+
 run: $(STAMP)
 	$(BIN)/execgate serve
 
-test: $(STAMP)
+test: $(STAMP) $(OPA)
 	$(BIN)/ruff check gateway backends tests
+	$(OPA) fmt --list policies | (! grep .) || (echo "opa fmt: files above need formatting"; exit 1)
+	$(OPA) check --strict policies
+	$(OPA) test policies
 	$(BIN)/pytest -q
 
 lint: $(STAMP)

@@ -19,6 +19,7 @@ from gateway.admission import Admission
 from gateway.appkeys import PIPELINE, SERVICES, SETTINGS
 from gateway.audit import AuditLog
 from gateway.executions import ExecutionStore
+from gateway.ingress import audit as audit_api
 from gateway.ingress import rest
 from gateway.metrics import Metrics
 from gateway.middleware import error_middleware
@@ -136,4 +137,5 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(_services_ctx)
     app.add_routes(ops_routes)
     app.add_routes(rest.routes)
+    app.add_routes(audit_api.routes)
     return app

@@ -79,3 +79,10 @@ class GatewayError(Exception):
 
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.kind.code, "message": self.message, **self.extra}}
+
+
+def invalid_field(field: str, message: str) -> GatewayError:
+    """A 400 that names the one bad field, in the same shape as model validation."""
+    return GatewayError(
+        INVALID_REQUEST, f"{field}: {message}", fields=[{"field": field, "message": message}]
+    )

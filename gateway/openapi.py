@@ -102,6 +102,29 @@ def build_openapi(version: str) -> dict[str, Any]:
                     },
                 }
             },
+            "/v1/audit": {
+                "get": {
+                    "summary": "Audit records (scope audit:read: own tenant; audit:read:all: any)",
+                    "security": bearer,
+                    "parameters": [
+                        {"name": n, "in": "query", "required": False, "schema": {"type": t}}
+                        for n, t in (
+                            ("tenant", "string"),
+                            ("type", "string"),
+                            ("since", "string"),
+                            ("execution_id", "string"),
+                            ("after_seq", "integer"),
+                            ("limit", "integer"),
+                        )
+                    ],
+                    "responses": {
+                        "200": {"description": "{records: [...], next_after_seq}"},
+                        "400": _error("invalid_request"),
+                        "401": _error("unauthenticated"),
+                        "403": _error("forbidden"),
+                    },
+                }
+            },
             "/healthz": {
                 "get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}
             },

@@ -9,7 +9,7 @@ from aiohttp import web
 from gateway import errors
 from gateway.appkeys import PIPELINE, SERVICES
 from gateway.context import ExecContext, new_id
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, invalid_field
 from gateway.models import ExecutionRequest
 from gateway.stages.auth import verify_bearer
 from gateway.tokens import Principal
@@ -32,20 +32,14 @@ def decode_json_body(ctx: ExecContext) -> ExecutionRequest:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _invalid("body", f"not UTF-8 at byte {exc.start}") from None
+        raise invalid_field("body", f"not UTF-8 at byte {exc.start}") from None
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise _invalid("body", f"malformed JSON: {exc}") from None
+        raise invalid_field("body", f"malformed JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise _invalid("body", "must be a JSON object")
+        raise invalid_field("body", "must be a JSON object")
     return ExecutionRequest.model_validate(data)
-
-
-def _invalid(field: str, message: str) -> GatewayError:
-    return GatewayError(
-        errors.INVALID_REQUEST, f"{field}: {message}", fields=[{"field": field, "message": message}]
-    )
 
 
 async def read_body(request: web.Request) -> bytes:
@@ -120,7 +114,7 @@ def _wait_param(request: web.Request, max_wait_s: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise _invalid("wait", "must be a number of seconds") from None
+        raise invalid_field("wait", "must be a number of seconds") from None
     if not 0 <= value <= max_wait_s or value != value:
-        raise _invalid("wait", f"must be between 0 and {max_wait_s}")
+        raise invalid_field("wait", f"must be between 0 and {max_wait_s}")
     return value

@@ -6,19 +6,11 @@ from pydantic import ValidationError
 
 from gateway import errors
 from gateway.context import ExecContext
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, invalid_field
 from gateway.models import format_validation_errors
 from gateway.services import Services
 
 MAX_FILES_BYTES = 8 * 1024 * 1024
-
-
-def invalid(field: str, message: str) -> GatewayError:
-    return GatewayError(
-        errors.INVALID_REQUEST,
-        f"{field}: {message}",
-        fields=[{"field": field, "message": message}],
-    )
 
 
 async def validate(ctx: ExecContext, svc: Services) -> None:
@@ -31,18 +23,18 @@ async def validate(ctx: ExecContext, svc: Services) -> None:
     backend_name = request.backend or svc.settings.default_backend
     backend = svc.backends.get(backend_name)
     if backend is None:
-        raise invalid("backend", f"unknown or disabled backend {backend_name!r}")
+        raise invalid_field("backend", f"unknown or disabled backend {backend_name!r}")
     if request.language not in backend.capabilities.languages:
         served = ", ".join(sorted(backend.capabilities.languages))
-        raise invalid(
+        raise invalid_field(
             "language",
             f"{request.language!r} is not served by backend {backend_name} (serves: {served})",
         )
     limit = svc.settings.server.max_code_bytes
     if len(request.code) > limit // 4 and len(request.code.encode("utf-8")) > limit:
-        raise invalid("code", f"over {limit} bytes")
+        raise invalid_field("code", f"over {limit} bytes")
     total = sum(len(f.content_b64) * 3 // 4 for f in request.files)
     if total > MAX_FILES_BYTES:
-        raise invalid("files", f"total size over {MAX_FILES_BYTES} bytes")
+        raise invalid_field("files", f"total size over {MAX_FILES_BYTES} bytes")
     ctx.request = request
     ctx.backend = backend_name

@@ -1,0 +1,63 @@
+"""`GET /v1/audit`: audit records for security teams (scope `audit:read`).
+
+`audit:read` sees its own tenant's records; `audit:read:all` sees every tenant's,
+including records that belong to no tenant (start-up, failed authentication).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway import errors
+from gateway.appkeys import SERVICES
+from gateway.audit_read import query
+from gateway.errors import GatewayError, invalid_field
+from gateway.ingress.rest import authenticated
+
+routes = web.RouteTableDef()
+
+MAX_LIMIT = 1000
+
+
+def _int_param(request: web.Request, name: str, default: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise invalid_field(name, "must be an integer") from None
+    if not 0 <= value <= high:
+        raise invalid_field(name, f"must be between 0 and {high}")
+    return value
+
+
+@routes.get("/v1/audit")
+async def list_audit(request: web.Request) -> web.Response:
+    svc = request.app[SERVICES]
+    principal = await authenticated(request)
+    scopes = principal.scopes
+    if "audit:read:all" in scopes:
+        tenant = request.query.get("tenant")
+    elif "audit:read" in scopes:
+        tenant = request.query.get("tenant", principal.tenant)
+        if tenant != principal.tenant:
+            raise GatewayError(errors.FORBIDDEN, "audit:read covers only your own tenant")
+    else:
+        raise GatewayError(errors.FORBIDDEN, "token lacks scope audit:read", scope="audit:read")
+    limit = _int_param(request, "limit", 100, MAX_LIMIT)
+    after_seq = _int_param(request, "after_seq", 0, 2**62)
+    try:
+        records = await query(
+            svc.settings.audit.path,
+            tenant=tenant,
+            type=request.query.get("type"),
+            since=request.query.get("since"),
+            execution_id=request.query.get("execution_id"),
+            after_seq=after_seq,
+            limit=limit,
+        )
+    except ValueError as exc:
+        raise invalid_field("since", str(exc)) from None
+    next_after = records[-1]["seq"] if len(records) == limit else None
+    return web.json_response({"records": records, "next_after_seq": next_after})

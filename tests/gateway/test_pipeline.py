@@ -1,0 +1,159 @@
+"""The pipeline without HTTP: its order, its records, and failing closed.
+
+Unit tests: the token verifier and the policy engine are small fakes here; the real
+ones are exercised end to end in tests/gateway/ingress/test_rest.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends.noop import NoopBackend
+from gateway.admission import Admission
+from gateway.audit import AuditLog
+from gateway.context import ExecContext
+from gateway.errors import GatewayError
+from gateway.executions import ExecutionStore
+from gateway.ingress.rest import decode_json_body
+from gateway.pipeline import STAGES, Pipeline
+from gateway.policy.base import PolicyEngineError
+from gateway.services import Services
+from gateway.settings import load_settings
+from gateway.tokens import Principal
+from gateway.tokens_jws import AuthError
+
+ALLOW = {"allow": True, "deny": [], "obligations": {"egress": []}}
+SECRET_TOKEN = "token-that-must-never-be-recorded"
+
+
+class FakeVerifier:
+    async def verify(self, token: str) -> Principal:
+        if token != SECRET_TOKEN:
+            raise AuthError("bad_signature")
+        return Principal("agent", "acme", frozenset({"exec:python"}), {"sub": "agent"})
+
+
+class FakeEngine:
+    revision = "rev-test"
+
+    def __init__(self) -> None:
+        self.answer: Any = ALLOW
+        self.inputs: list[dict[str, Any]] = []
+
+    async def decide(self, input: dict[str, Any]) -> Any:
+        self.inputs.append(input)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    async def health(self) -> tuple[bool, str]:
+        return True, ""
+
+
+@pytest.fixture
+async def svc(tmp_path: Path) -> AsyncIterator[Services]:
+    settings = load_settings(None, env={"EXECGATE_BACKENDS_DEFAULT": "noop"})
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    await audit.start()
+    store = ExecutionStore(None)
+    await store.start()
+    yield Services(
+        settings=settings,
+        verifier=FakeVerifier(),  # type: ignore[arg-type]
+        engine=FakeEngine(),
+        admission=Admission(),
+        backends={"noop": NoopBackend()},
+        audit=audit,
+        store=store,
+    )
+    await audit.close()
+    await store.close()
+
+
+def context(body: dict[str, Any], token: str | None = SECRET_TOKEN) -> ExecContext:
+    return ExecContext(
+        ingress="rest",
+        source_ip="127.0.0.1",
+        bearer=token,
+        payload=json.dumps(body).encode(),
+        decode=decode_json_body,
+    )
+
+
+def records(svc: Services) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in Path(svc.audit.path).read_text().splitlines()]
+
+
+def test_the_order_is_written_once() -> None:
+    assert [s.__name__ for s in STAGES] == [
+        "authenticate",
+        "validate",
+        "authorize",
+        "analyse",
+        "build_input",
+        "decide",
+        "hold_for_approval",
+        "admit",
+        "dispatch",
+    ]
+
+
+async def test_allowed_request_runs_and_is_recorded(svc: Services) -> None:
+    ctx = await Pipeline(svc).run(context({"language": "python", "code": "print(1)"}))
+    assert ctx.result is not None and ctx.result.status.value == "ok"
+    assert [r["type"] for r in records(svc)] == [
+        "policy.decided",
+        "execution.started",
+        "execution.finished",
+    ]
+    assert ctx.bearer is None
+    engine = svc.engine
+    assert isinstance(engine, FakeEngine)
+    policy_input = json.dumps(engine.inputs[0])
+    assert SECRET_TOKEN not in policy_input and SECRET_TOKEN not in Path(svc.audit.path).read_text()
+    assert engine.inputs[0]["execution"]["code_sha256"]
+    assert engine.inputs[0]["analysis"]["calls"] == ["print"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "code"),
+    [
+        (PolicyEngineError("unavailable", "engine down"), "policy_unavailable"),
+        (PolicyEngineError("invalid", "undefined decision"), "policy_invalid"),
+        ({"allow": True, "obligations": {"gpu": 1}}, "policy_invalid"),
+        ({"allow": "yes"}, "policy_invalid"),
+        (["allow"], "policy_invalid"),
+        ({"allow": True, "deny": ["no"]}, "policy_denied"),
+        ({"allow": False}, "policy_denied"),
+        ({"allow": True, "obligations": {"backend": "docker-gvisor"}}, "backend_unavailable"),
+        ({"allow": True, "obligations": {"egress": ["example.com:443"]}}, "backend_unavailable"),
+    ],
+)
+async def test_no_clear_decision_runs_nothing(svc: Services, answer: Any, code: str) -> None:
+    assert isinstance(svc.engine, FakeEngine)
+    svc.engine.answer = answer
+    with pytest.raises(GatewayError) as exc:
+        await Pipeline(svc).run(context({"language": "python", "code": "print(1)"}))
+    assert exc.value.code == code
+    recorded = records(svc)
+    assert recorded[-1]["type"] == "request.rejected" and recorded[-1]["code"] == code
+    assert "execution.started" not in [r["type"] for r in recorded]
+
+
+async def test_bad_token_is_recorded_as_auth_failed(svc: Services) -> None:
+    with pytest.raises(GatewayError) as exc:
+        await Pipeline(svc).run(context({"language": "python", "code": "1"}, token="forged"))
+    assert exc.value.code == "unauthenticated"
+    (record,) = records(svc)
+    assert record["type"] == "auth.failed" and "forged" not in json.dumps(record)
+
+
+async def test_concurrency_slot_is_released_after_the_run(svc: Services) -> None:
+    for _ in range(10):
+        await Pipeline(svc).run(context({"language": "python", "code": "1"}))
+    assert svc.admission.usage("acme")["concurrent"] == 0
