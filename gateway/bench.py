@@ -154,6 +154,7 @@ async def run_bench(runs: int) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="execgate-bench-") as tmp:
         root = Path(tmp)
+        root.chmod(0o711)  # the sandbox uid walks through it to its workspace
         settings = bench_settings(root, "nsjail")
         backend = backend_class("nsjail")(settings.backend_settings("nsjail"))  # type: ignore[call-arg]
         await backend.start()
