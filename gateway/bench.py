@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import tempfile
@@ -153,8 +154,8 @@ async def run_bench(runs: int) -> dict[str, Any]:
     results["bare_python"] = percentiles(await timed(bare, runs))
 
     with tempfile.TemporaryDirectory(prefix="execgate-bench-") as tmp:
+        os.chmod(tmp, 0o711)  # the sandbox uid walks through it to its workspace
         root = Path(tmp)
-        root.chmod(0o711)  # the sandbox uid walks through it to its workspace
         settings = bench_settings(root, "nsjail")
         backend = backend_class("nsjail")(settings.backend_settings("nsjail"))  # type: ignore[call-arg]
         await backend.start()

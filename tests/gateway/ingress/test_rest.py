@@ -246,3 +246,74 @@ async def test_unknown_path_and_method_in_error_shape(client: TestClient) -> Non
     assert resp.status == 404 and (await resp.json())["error"]["code"] == "not_found"
     resp = await client.put("/v1/executions")
     assert resp.status == 405 and (await resp.json())["error"]["code"] == "method_not_allowed"
+
+
+# --- a gateway with an audience and an RS256 key ------------------------------------
+
+
+@pytest.fixture
+async def rs_gateway(tmp_path: Any, aiohttp_client: Any) -> tuple[Settings, TestClient, Any]:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from gateway.app import create_app
+    from tests.gateway.conftest import make_settings
+
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    (tmp_path / "rs.pem").write_bytes(pem)
+    settings = make_settings(
+        tmp_path,
+        EXECGATE_AUTH_AUDIENCE="execgate",
+        EXECGATE_AUTH_PUBLIC_KEYS=json.dumps([str(tmp_path / "rs.pem")]),
+    )
+    return settings, await aiohttp_client(create_app(settings)), (private, pem)
+
+
+def _claims(**overrides: Any) -> dict[str, Any]:
+    import time
+
+    now = int(time.time())
+    claims = {
+        "sub": "x",
+        "tenant": "acme",
+        "scope": "exec:python",
+        "iat": now,
+        "exp": now + 300,
+        "aud": "execgate",
+    }
+    claims.update(overrides)
+    return claims
+
+
+def _hs256_with_key(key: bytes, claims: dict[str, Any]) -> str:
+    """HS256 signed by hand: PyJWT refuses to use a PEM public key as an HMAC secret."""
+    import hashlib
+    import hmac
+
+    def seg(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    head = seg(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    body = seg(json.dumps(claims).encode())
+    sig = hmac.new(key, f"{head}.{body}".encode(), hashlib.sha256).digest()
+    return f"{head}.{body}.{seg(sig)}"
+
+
+async def test_rs256_audience_and_key_confusion(rs_gateway: Any) -> None:
+    settings, client, (private, pem) = rs_gateway
+    run = {"language": "python", "code": "print(1)"}
+    good = jwt.encode(_claims(), private, "RS256")
+    status, body = await post(client, good, run)
+    assert status == 200, body
+
+    for bad in (
+        jwt.encode(_claims(aud="someone-else"), private, "RS256"),
+        jwt.encode({k: v for k, v in _claims().items() if k != "aud"}, private, "RS256"),
+        _hs256_with_key(pem, _claims()),  # HS/RS key confusion
+    ):
+        status, body = await post(client, bad, run)
+        assert status == 401 and body["error"]["code"] == "unauthenticated", body
+        assert audit_records(settings)[-1]["type"] == "auth.failed"
