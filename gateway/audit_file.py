@@ -7,7 +7,6 @@ size of the last record, not of the file.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import os
@@ -18,6 +17,7 @@ from typing import Any
 
 from gateway.audit_chain import GENESIS_HASH, seal, self_check
 from gateway.audit_read import decode_line
+from gateway.files import make_private_dirs
 
 
 class AuditUnavailable(Exception):
@@ -118,17 +118,6 @@ def write_batch(
         # After a failed fsync the page cache state is unknown: stop writing.
         raise WriteFailed(exc, permanent=True) from exc
     return prev_hash, end
-
-
-def make_private_dirs(directory: Path) -> None:
-    missing = []
-    while not directory.exists():
-        missing.append(directory)
-        directory = directory.parent
-    for path in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, 0o700)
-            os.chmod(path, 0o700)  # umask may have narrowed mkdir's mode
 
 
 def fsync_dir(directory: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.context import rfc3339, utc_now
+from gateway.files import make_private_dirs
 
 MEMORY_RECORDS = 10_000
 
@@ -44,7 +45,7 @@ class ExecutionStore:
 
     def _open(self) -> None:
         assert self._path is not None
-        self._path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(self._path.parent)
         db = sqlite3.connect(self._path, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")

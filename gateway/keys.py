@@ -8,7 +8,6 @@ confusion and `alg: none` impossible, whatever a token's header says.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import secrets
@@ -21,6 +20,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import HMACAlgorithm
+
+from gateway.files import make_private_dirs
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def load_or_create_dev_secret(path: str | os.PathLike[str]) -> bytes:
         return _read_secret(path)
     except FileNotFoundError:
         pass
-    _make_private_dirs(path.parent)
+    make_private_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
@@ -89,17 +90,6 @@ def _read_secret(path: Path) -> bytes:
     if mode:
         log.warning("HS256 secret %s is readable by group or others (mode %o)", path, mode)
     return secret
-
-
-def _make_private_dirs(directory: Path) -> None:
-    missing = []
-    while not directory.exists():
-        missing.append(directory)
-        directory = directory.parent
-    for path in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, 0o700)
-            os.chmod(path, 0o700)  # umask may have narrowed mkdir's mode
 
 
 def hs256_key(secret: bytes, source: str) -> VerificationKey:
