@@ -10,7 +10,7 @@ OPA_DIR     ?= $(HOME)/.cache/execgate/opa/$(OPA_VERSION)
 OPA         := $(OPA_DIR)/opa
 export EXECGATE_OPA_BIN := $(OPA)
 
-.PHONY: run test lint fmt bench venv opa clean
+.PHONY: run test lint fmt bench venv opa opa-run images clean
 
 venv: $(STAMP)
 
@@ -26,6 +26,16 @@ $(OPA):
 	mkdir -p $(OPA_DIR)
 	GOBIN=$(OPA_DIR) GOFLAGS=-mod=mod go install github.com/open-policy-agent/opa@$(OPA_VERSION)
 
+# OPA on 127.0.0.1:8181 serving policies/ as a hot-reloaded bundle, decision logs in var/opa/.
+opa-run: $(STAMP) $(OPA)
+	deploy/opa/run.sh
+
+# The docker backends' sandbox image, built locally (debootstrap + docker import) and
+# tagged by a hash of its recipe: rebuilt only when backends/images/sandbox/build.sh
+# changes. Needs a running engine: deploy/docker/start-dockerd.sh.
+images:
+	backends/images/sandbox/build.sh
+
 run: $(STAMP)
 	$(BIN)/execgate serve
 
@@ -33,7 +43,8 @@ test: $(STAMP) $(OPA)
 	$(BIN)/ruff check gateway backends tests
 	$(OPA) fmt --list policies | (! grep .) || (echo "opa fmt: files above need formatting"; exit 1)
 	$(OPA) check --strict policies
-	$(OPA) test policies
+	$(OPA) test -v policies
+	$(OPA) test --coverage --format=json policies | $(BIN)/python -c 'import json,sys; c=json.load(sys.stdin)["coverage"]; print(f"opa test coverage: {c:.1f}% (floor 90%)"); sys.exit(c < 90)'
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
@@ -44,7 +55,7 @@ fmt: $(STAMP)
 	$(BIN)/ruff format gateway backends tests
 	$(BIN)/ruff check --fix gateway backends tests
 
-bench: $(STAMP)
+bench: $(STAMP) $(OPA)
 	$(BIN)/execgate bench
 
 clean:

@@ -17,10 +17,13 @@ from backends import backend_class
 from backends.base import BackendError, SandboxBackend
 from gateway.admission import Admission
 from gateway.appkeys import PIPELINE, SERVICES, SETTINGS
+from gateway.approval_desk import ApprovalDesk
+from gateway.approvals import ApprovalStore
 from gateway.audit import AuditLog
 from gateway.executions import ExecutionStore
+from gateway.ingress import approvals as approvals_api
 from gateway.ingress import audit as audit_api
-from gateway.ingress import rest
+from gateway.ingress import rest, toolcalls
 from gateway.metrics import Metrics
 from gateway.middleware import error_middleware
 from gateway.ops import OPENAPI, openapi_document
@@ -43,7 +46,10 @@ def make_engine(settings: Settings) -> PolicyEngine:
         from gateway.policy.embedded import EmbeddedEngine
 
         return EmbeddedEngine(Path(settings.policy.path), timeout_ms=settings.policy.timeout_ms)
-    raise StartupError(f"policy.engine = {settings.policy.engine!r} is not available in this build")
+    from gateway.policy.opa import OpaEngine
+
+    policy = settings.policy
+    return OpaEngine(policy.opa_url, timeout_ms=policy.timeout_ms, bundle=policy.opa_bundle)
 
 
 def make_backends(settings: Settings) -> dict[str, SandboxBackend]:
@@ -83,6 +89,14 @@ async def build_services(settings: Settings, stack: AsyncExitStack) -> Services:
         policy_revision=services.engine.revision,
         backends=sorted(services.backends),
     )
+    if settings.policy.engine == "embedded" and settings.policy.reload_interval_s > 0:
+        from gateway.policy.reload import PolicyReloader
+
+        reloader = PolicyReloader(
+            services.engine, Path(settings.policy.path), audit, settings.policy.reload_interval_s
+        )
+        reloader.start()
+        stack.push_async_callback(reloader.close)
     return services
 
 
@@ -107,6 +121,13 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
     await store.start()
     stack.push_async_callback(store.close)
 
+    approval_store = ApprovalStore(Path(settings.state.path))
+    await approval_store.start()
+    stack.push_async_callback(approval_store.close)
+    desk = ApprovalDesk(settings.approvals, approval_store, audit, store)
+    await desk.start()
+    stack.push_async_callback(desk.close)
+
     return Services(
         settings=settings,
         verifier=verifier,
@@ -115,6 +136,7 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
         backends=backends,
         audit=audit,
         store=store,
+        approvals=desk,
         metrics=Metrics(),
     )
 
@@ -124,6 +146,7 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
         services = await build_services(app[SETTINGS], stack)
         app[SERVICES] = services
         app[PIPELINE] = Pipeline(services)
+        services.approvals.attach(app[PIPELINE].run)
         yield
 
 
@@ -138,4 +161,6 @@ def create_app(settings: Settings) -> web.Application:
     app.add_routes(ops_routes)
     app.add_routes(rest.routes)
     app.add_routes(audit_api.routes)
+    app.add_routes(approvals_api.routes)
+    app.add_routes(toolcalls.routes)
     return app

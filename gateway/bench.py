@@ -25,6 +25,7 @@ from backends.base import ExecSpec, Limits
 from gateway.app import create_app
 from gateway.appkeys import SERVICES
 from gateway.context import new_id
+from gateway.policy.bench import DECISIONS, local_opa
 from gateway.settings import Settings, load_settings
 
 PYTHON = "/usr/bin/python3"
@@ -78,11 +79,13 @@ async def throughput(
     }
 
 
-def bench_settings(root: Path, backend: str) -> Settings:
+def bench_settings(root: Path, backend: str, **extra: str) -> Settings:
     env = {
+        **extra,
         "EXECGATE_AUDIT_PATH": str(root / "audit.jsonl"),
         "EXECGATE_STATE_PATH": str(root / "state.db"),
         "EXECGATE_AUTH_HS256_SECRET_FILE": str(root / "hs256.key"),
+        "EXECGATE_APPROVALS_SIGNING_KEY_FILE": str(root / "approval-ed25519.pem"),
         "EXECGATE_BACKENDS_DEFAULT": backend,
         "EXECGATE_TENANTS_BENCH_RATE_PER_S": "100000",
         "EXECGATE_TENANTS_BENCH_BURST": "100000",
@@ -185,8 +188,18 @@ async def run_bench(runs: int) -> dict[str, Any]:
             svc_engine = gw.services.engine
             sample_input = _sample_input()
             results["policy_embedded"] = percentiles(
-                await timed(lambda: svc_engine.decide(sample_input), runs * 50)
+                await timed(lambda: svc_engine.decide(sample_input), max(DECISIONS, runs * 50))
             )
+
+        # The same two measurements with OPA as the policy engine.
+        async with local_opa(root / "opa") as opa:
+            opa_env = {"EXECGATE_POLICY_ENGINE": "opa", "EXECGATE_POLICY_OPA_URL": opa.url}
+            async with Gateway(bench_settings(root / "noop-opa", "noop", **opa_env)) as gw:
+                results["gateway_noop_opa"] = percentiles(await timed(gw.execute, runs * 5))
+                svc_engine = gw.services.engine
+                results["policy_opa"] = percentiles(
+                    await timed(lambda: svc_engine.decide(sample_input), max(DECISIONS, runs * 50))
+                )
 
     bare_p50 = results["bare_python"]["p50_ms"]
     nsjail_p50 = results["nsjail_backend"]["p50_ms"]
@@ -196,7 +209,16 @@ async def run_bench(runs: int) -> dict[str, Any]:
         "gateway_vs_nsjail_p50": round(gw_p50 / nsjail_p50, 2),
         "gateway_overhead_p50_ms": round(gw_p50 - nsjail_p50, 2),
     }
+    results["docker"] = await docker_side_by_side(runs)
     return results
+
+
+async def docker_side_by_side(runs: int) -> dict[str, Any]:
+    """`docker run --rm` against the docker backends, cold and pooled (runc, runsc);
+    skipped, saying why, where there is no engine or no sandbox image."""
+    from gateway.bench_docker import docker_bench  # it imports this module's helpers
+
+    return await docker_bench(runs)
 
 
 def _sample_input() -> dict[str, Any]:
@@ -245,7 +267,9 @@ def render_table(results: dict[str, Any]) -> str:
         "nsjail_backend",
         "gateway_nsjail",
         "gateway_noop",
+        "gateway_noop_opa",
         "policy_embedded",
+        "policy_opa",
     ):
         r = results[key]
         rows.append(
@@ -271,6 +295,10 @@ def render_table(results: dict[str, Any]) -> str:
         f"gateway / nsjail backend (p50): {ratios['gateway_vs_nsjail_p50']}x, "
         f"+{ratios['gateway_overhead_p50_ms']} ms  (target <= +3 ms)"
     )
+    if "docker" in results:
+        from gateway.bench_docker import render_docker
+
+        lines += render_docker(results["docker"])
     return "\n".join(lines)
 
 

@@ -52,6 +52,26 @@ def build_parser() -> argparse.ArgumentParser:
     exe.add_argument("--timeout", type=float, default=None, help="limits.timeout_s")
     exe.add_argument("--json", action="store_true", help="print the whole response")
 
+    approvals = sub.add_parser("approvals", help="work the approval queue")
+    approvals.add_argument("--url", default=os.environ.get("EXECGATE_URL", DEFAULT_URL))
+    approvals.add_argument(
+        "--token",
+        default=os.environ.get("EXECGATE_TOKEN"),
+        help="approver token (default: $EXECGATE_TOKEN, else a development one)",
+    )
+    approvals.add_argument("--tenant", default="default", help="tenant of the development token")
+    approvals.add_argument(
+        "--as", dest="approver", default="cli-approver", help="subject of the development token"
+    )
+    approvals_sub = approvals.add_subparsers(dest="approvals_command", required=True)
+    listing = approvals_sub.add_parser("list", help="pending (or --status) approvals")
+    listing.add_argument("--status", default="pending")
+    listing.add_argument("--json", action="store_true")
+    for word in ("approve", "deny"):
+        decide = approvals_sub.add_parser(word, help=f"{word} an approval")
+        decide.add_argument("approval_id")
+        decide.add_argument("--reason", default="")
+
     audit = sub.add_parser("audit", help="check or follow the audit log")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
     verify = audit_sub.add_parser("verify", help="check the hash chain")
@@ -88,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "token": commands.token,
         "exec": commands.exec_code,
         "audit": commands.audit,
+        "approvals": commands.approvals,
         "bench": commands.bench,
     }[args.command]
     return handler(args, settings)

@@ -8,6 +8,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from gateway.settings import Settings
 
@@ -55,36 +56,33 @@ def token(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def exec_code(args: argparse.Namespace, settings: Settings) -> int:
-    code = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
-    language = args.lang or _SUFFIX_LANG.get(Path(args.file).suffix, "python")
-    bearer = args.token
-    if not bearer:
-        from gateway.tokens import load_or_create_dev_secret, mint_token
+def _dev_token(settings: Settings, *, tenant: str, sub: str, scopes: list[str]) -> str:
+    from gateway.tokens import load_or_create_dev_secret, mint_token
 
-        secret = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
-        bearer = mint_token(
-            secret,
-            tenant=args.tenant,
-            sub="cli",
-            scopes=[f"exec:{language}"],
-            ttl_s=300,
-            tenant_claim=settings.auth.tenant_claim,
-            issuer=settings.auth.issuer,
-            audience=settings.auth.audience,
-        )
-    body: dict[str, object] = {"language": language, "code": code}
-    if args.timeout is not None:
-        body["limits"] = {"timeout_s": args.timeout}
+    secret = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
+    return mint_token(
+        secret,
+        tenant=tenant,
+        sub=sub,
+        scopes=scopes,
+        ttl_s=300,
+        tenant_claim=settings.auth.tenant_claim,
+        issuer=settings.auth.issuer,
+        audience=settings.auth.audience,
+    )
+
+
+def _call(url: str, bearer: str, body: object | None = None) -> dict[str, Any]:
+    """One JSON call to the gateway; raises CallFailed with the gateway's own message."""
     request = urllib.request.Request(
-        args.url.rstrip("/") + "/v1/executions",
-        data=json.dumps(body).encode(),
+        url,
+        data=None if body is None else json.dumps(body).encode(),
         headers={"Authorization": f"Bearer {bearer}", "Content-Type": "application/json"},
-        method="POST",
+        method="GET" if body is None else "POST",
     )
     try:
         with urllib.request.urlopen(request, timeout=3600) as response:
-            result = json.load(response)
+            return json.load(response)
     except urllib.error.HTTPError as exc:
         payload = exc.read().decode("utf-8", "replace")
         try:
@@ -94,11 +92,35 @@ def exec_code(args: argparse.Namespace, settings: Settings) -> int:
                 message += f"\n  - {reason}"
         except (ValueError, KeyError, TypeError):
             message = f"HTTP {exc.code}: {payload[:500]}"
-        print(f"execgate: {message}", file=sys.stderr)
-        return EXIT_REFUSED
+        raise CallFailed(message) from None
     except urllib.error.URLError as exc:
-        print(f"execgate: cannot reach {args.url}: {exc.reason}", file=sys.stderr)
+        raise CallFailed(f"cannot reach {url}: {exc.reason}") from None
+
+
+class CallFailed(Exception):
+    pass
+
+
+def exec_code(args: argparse.Namespace, settings: Settings) -> int:
+    code = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+    language = args.lang or _SUFFIX_LANG.get(Path(args.file).suffix, "python")
+    bearer = args.token or _dev_token(
+        settings, tenant=args.tenant, sub="cli", scopes=[f"exec:{language}"]
+    )
+    body: dict[str, object] = {"language": language, "code": code}
+    if args.timeout is not None:
+        body["limits"] = {"timeout_s": args.timeout}
+    try:
+        result = _call(args.url.rstrip("/") + "/v1/executions", bearer, body)
+    except CallFailed as exc:
+        print(f"execgate: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    if result.get("status") == "pending_approval":
+        try:
+            result = _await_approval(args.url, bearer, result)
+        except CallFailed as exc:
+            print(f"execgate: {exc}", file=sys.stderr)
+            return EXIT_REFUSED
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -109,6 +131,24 @@ def exec_code(args: argparse.Namespace, settings: Settings) -> int:
         return int(result["exit_code"])
     print(f"execgate: execution ended with status {status}", file=sys.stderr)
     return EXIT_TIMEOUT if status == "timeout" else EXIT_KILLED
+
+
+def _await_approval(url: str, bearer: str, held: dict[str, Any]) -> dict[str, Any]:
+    """Long-poll a held execution until a person decides and it has run."""
+    print(
+        f"execgate: held for approval {held['approval_id']} (expires {held['expires_at']}):",
+        file=sys.stderr,
+    )
+    for reason in held.get("reasons", []):
+        print(f"  - {reason}", file=sys.stderr)
+    record_url = f"{url.rstrip('/')}/v1/executions/{held['execution_id']}?wait=30"
+    while True:
+        record = _call(record_url, bearer)
+        if record["status"] == "done":
+            return record["result"]
+        if record["status"] == "failed":
+            error = record.get("error") or {}
+            raise CallFailed(f"{error.get('code', 'failed')}: {error.get('message', '')}")
 
 
 def audit(args: argparse.Namespace, settings: Settings) -> int:
@@ -150,3 +190,39 @@ def bench(args: argparse.Namespace, settings: Settings) -> int:
     from gateway.bench import main as bench_main
 
     return bench_main(args.runs, args.json_path)
+
+
+def approvals(args: argparse.Namespace, settings: Settings) -> int:
+    bearer = args.token or _dev_token(
+        settings,
+        tenant=args.tenant,
+        sub=args.approver,
+        scopes=["approvals:read", "approvals:decide"],
+    )
+    base = args.url.rstrip("/") + "/v1/approvals"
+    try:
+        if args.approvals_command == "list":
+            listing = _call(f"{base}?status={args.status}", bearer)["approvals"]
+            if args.json:
+                print(json.dumps(listing, indent=2))
+                return 0
+            for a in listing:
+                print(
+                    f"{a['approval_id']}  {a['status']:<8} {a['tenant']:<12} "
+                    f"{a['requester']:<16} {a['language']:<10} expires {a['expires_at']}"
+                )
+                for reason in a["reasons"]:
+                    print(f"    - {reason}")
+            return 0
+        answer = _call(
+            f"{base}/{args.approval_id}/decision",
+            bearer,
+            {"decision": args.approvals_command, "reason": args.reason},
+        )
+    except CallFailed as exc:
+        print(f"execgate: {exc}", file=sys.stderr)
+        return 1
+    print(f"{answer['approval_id']}: {answer['status']}")
+    if answer.get("approval_token"):
+        print(answer["approval_token"])
+    return 0

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from backends.base import ExecResult, Limits
+    from gateway.approval_tokens import ApprovalGrant
+    from gateway.approvals import Approval
     from gateway.decision import Decision
     from gateway.models import ExecutionRequest
     from gateway.settings import TenantSettings
@@ -56,6 +58,11 @@ class ExecContext:
     analysis: dict[str, Any] | None = None
     policy_input: dict[str, Any] | None = None
     decision: Decision | None = None
+    # A presented approval token, verified and spent, and its policy-input block.
+    grant: ApprovalGrant | None = None
+    approval: dict[str, Any] | None = None
+    # Set when policy held the request for a person: the answer is 202, not a result.
+    held: Approval | None = None
     backend: str | None = None
     limits: Limits | None = None
     result: ExecResult | None = None

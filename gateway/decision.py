@@ -7,6 +7,9 @@ obligation is an error: the gateway must never run code under an obligation it
 does not understand. Contradictions resolve towards not running:
 - `allow: true` with a non-empty `deny` is a denial;
 - `allow: true` with `require_approval: true` is a hold for approval.
+`deny` and `monitor` are sets of reasons: the gateway sorts them (by code
+point), so their order never depends on the engine (rego-cpp orders strings by
+their JSON-escaped text, OPA by their characters).
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ def parse_decision(raw: Any, *, decision_id: str, revision: str) -> Decision:
     if "allow" not in raw:
         raise DecisionError("decision has no 'allow'")
     allow = _bool(raw["allow"], "allow")
-    deny = _strings(raw.get("deny", []), "deny")
+    deny = tuple(sorted(_strings(raw.get("deny", []), "deny")))
     require_approval = _bool(raw.get("require_approval", False), "require_approval")
     approval_reason, approval_ttl_s = _approval(raw.get("approval"), require_approval)
     return Decision(
@@ -90,7 +93,7 @@ def parse_decision(raw: Any, *, decision_id: str, revision: str) -> Decision:
         approval_reason=approval_reason,
         approval_ttl_s=approval_ttl_s,
         obligations=_obligations(raw.get("obligations", {})),
-        monitor=_strings(raw.get("monitor", []), "monitor"),
+        monitor=tuple(sorted(_strings(raw.get("monitor", []), "monitor"))),
         decision_id=decision_id,
         revision=revision,
         extra_keys=tuple(sorted(str(k) for k in raw if k not in _KNOWN_KEYS)),

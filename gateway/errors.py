@@ -24,6 +24,9 @@ POLICY_DENIED = ErrorKind("policy_denied", 403, "denied")
 NOT_FOUND = ErrorKind("not_found", 404, "not_found")
 METHOD_NOT_ALLOWED = ErrorKind("method_not_allowed", 405, "rejected")
 UNSUPPORTED_MEDIA_TYPE = ErrorKind("unsupported_media_type", 415, "rejected")
+CONFLICT = ErrorKind("conflict", 409, "rejected")
+APPROVAL_EXPIRED = ErrorKind("approval_expired", 409, "rejected")
+APPROVAL_INVALID = ErrorKind("approval_invalid", 403, "approval_refused")
 TOO_LARGE = ErrorKind("too_large", 413, "rejected")
 RATE_LIMITED = ErrorKind("rate_limited", 429, "rate_limited")
 QUOTA_EXCEEDED = ErrorKind("quota_exceeded", 429, "rate_limited")
@@ -41,6 +44,9 @@ ALL_KINDS: tuple[ErrorKind, ...] = (
     NOT_FOUND,
     METHOD_NOT_ALLOWED,
     UNSUPPORTED_MEDIA_TYPE,
+    CONFLICT,
+    APPROVAL_EXPIRED,
+    APPROVAL_INVALID,
     TOO_LARGE,
     RATE_LIMITED,
     QUOTA_EXCEEDED,

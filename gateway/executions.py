@@ -74,7 +74,23 @@ class ExecutionStore:
                 "error": None,
             }
         )
-        self._done[execution_id] = asyncio.Event()
+        self._done.setdefault(execution_id, asyncio.Event())
+
+    def held(self, execution_id: str, tenant: str, approval: dict[str, Any]) -> None:
+        """Waiting for a person: visible (and persisted) until decided or expired."""
+        record = {
+            "execution_id": execution_id,
+            "tenant": tenant,
+            "status": "pending_approval",
+            "created_at": rfc3339(utc_now()),
+            "finished_at": None,
+            "result": None,
+            "error": None,
+            "approval": approval,
+        }
+        self._remember(record)
+        self._done.setdefault(execution_id, asyncio.Event())
+        self._persist(record)
 
     def finished(self, execution_id: str, result: dict[str, Any]) -> None:
         self._finish(execution_id, "done", result=result)
@@ -90,6 +106,18 @@ class ExecutionStore:
         event = self._done.pop(execution_id, None)
         if event is not None:
             event.set()
+        self._persist(record)
+
+    async def settle(self, execution_id: str, status: str, error: dict[str, Any]) -> None:
+        """End a record that may only be on disk (held before a restart)."""
+        if execution_id not in self._recent:
+            record = await self._call(self._read, execution_id)
+            if record is None:
+                return
+            self._remember(record)
+        self._finish(execution_id, status, error=error)
+
+    def _persist(self, record: dict[str, Any]) -> None:
         if self._db is not None:
             fut = asyncio.ensure_future(self._call(self._write, dict(record)))
             self._writes.add(fut)
@@ -114,11 +142,18 @@ class ExecutionStore:
     async def get(self, execution_id: str, wait_s: float = 0.0) -> dict[str, Any] | None:
         record = self._recent.get(execution_id)
         if record is None:
-            return await self._call(self._read, execution_id)
+            record = await self._call(self._read, execution_id)
+            if record is None or record["status"] != "pending_approval":
+                return record
+            # Held before a restart: bring it back so a decision can wake this waiter.
+            record = self._recent.setdefault(execution_id, record)
+            self._done.setdefault(execution_id, asyncio.Event())
         event = self._done.get(execution_id)
         if wait_s > 0 and event is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), timeout=wait_s)
+            # A held record is replaced when its execution starts: read it again.
+            record = self._recent.get(execution_id, record)
         return record
 
     async def close(self) -> None:

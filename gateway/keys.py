@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import HMACAlgorithm
 
-from gateway.files import make_private_dirs
+from gateway.files import create_private_file
 
 log = logging.getLogger(__name__)
 
@@ -56,22 +56,7 @@ def load_or_create_dev_secret(path: str | os.PathLike[str]) -> bytes:
         return _read_secret(path)
     except FileNotFoundError:
         pass
-    make_private_dirs(path.parent)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, secrets.token_urlsafe(48).encode("ascii") + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        # link() fails if another process created the key meanwhile: then use theirs.
-        os.link(tmp, path)
-        created = True
-    except FileExistsError:
-        created = False
-    finally:
-        tmp.unlink()
+    created = create_private_file(path, secrets.token_urlsafe(48).encode("ascii") + b"\n")
     if created:
         log.warning(
             "*** DEVELOPMENT SIGNING KEY GENERATED at %s *** Anyone who can read this file "

@@ -179,11 +179,12 @@ class ExecutionRecord(Strict):
 
     execution_id: str
     tenant: str
-    status: Literal["running", "done", "failed"]
+    status: Literal["pending_approval", "running", "done", "failed"]
     created_at: str
     finished_at: str | None = None
     result: ExecutionResponse | None = None
     error: dict[str, Any] | None = None
+    approval: dict[str, Any] | None = None
 
 
 class ErrorBody(BaseModel):
@@ -204,3 +205,22 @@ def format_validation_errors(errors: list[Any]) -> list[dict[str, str]]:
         loc = ".".join(str(p) for p in err.get("loc", ()))
         out.append({"field": loc or "body", "message": err.get("msg", "invalid")})
     return out
+
+
+class DecisionRequest(Strict):
+    """Body of `POST /v1/approvals/{id}/decision`."""
+
+    decision: Literal["approve", "deny"]
+    reason: str = Field("", max_length=2000)
+    # Who decided, for signed callbacks (a JWT names its own subject).
+    approver: str | None = Field(None, max_length=200)
+
+
+class HeldResponse(Strict):
+    """202: the execution waits for a person."""
+
+    status: Literal["pending_approval"]
+    approval_id: str
+    execution_id: str
+    expires_at: str
+    reasons: list[str]

@@ -7,7 +7,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway import errors
-from gateway.models import ErrorResponse, ExecutionRecord, ExecutionRequest, ExecutionResponse
+from gateway.models import (
+    DecisionRequest,
+    ErrorResponse,
+    ExecutionRecord,
+    ExecutionRequest,
+    ExecutionResponse,
+    HeldResponse,
+)
 
 _REF = "#/components/schemas/{model}"
 
@@ -49,7 +56,12 @@ def build_openapi(version: str) -> dict[str, Any]:
         },
         "components": {
             "schemas": _schemas(
-                ExecutionRequest, ExecutionResponse, ExecutionRecord, ErrorResponse
+                ExecutionRequest,
+                ExecutionResponse,
+                ExecutionRecord,
+                ErrorResponse,
+                DecisionRequest,
+                HeldResponse,
             ),
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
@@ -68,6 +80,7 @@ def build_openapi(version: str) -> dict[str, Any]:
                         "200": _json(
                             "ExecutionResponse", "The code ran (whatever its exit status)"
                         ),
+                        "202": _json("HeldResponse", "Held for human approval"),
                         "400": _error("invalid_request: error.fields lists each bad field"),
                         "401": _error("unauthenticated"),
                         "403": _error("forbidden (scope) or policy_denied (error.reasons)"),
@@ -99,6 +112,69 @@ def build_openapi(version: str) -> dict[str, Any]:
                         "200": _json("ExecutionRecord", "The record"),
                         "401": _error("unauthenticated"),
                         "404": _error("not_found (or another tenant's)"),
+                    },
+                }
+            },
+            "/v1/approvals": {
+                "get": {
+                    "summary": "Approvals (approvals:read: own tenant; approvals:read:all: any)",
+                    "security": bearer,
+                    "parameters": [
+                        {"name": n, "in": "query", "required": False, "schema": {"type": t}}
+                        for n, t in (
+                            ("status", "string"),
+                            ("tenant", "string"),
+                            ("limit", "integer"),
+                        )
+                    ],
+                    "responses": {
+                        "200": {"description": "{approvals: [...]}"},
+                        "401": _error("unauthenticated"),
+                        "403": _error("forbidden"),
+                    },
+                }
+            },
+            "/v1/approvals/{approval_id}": {
+                "get": {
+                    "summary": "One approval (its requester, or approvals:read)",
+                    "security": bearer,
+                    "parameters": [
+                        {
+                            "name": "approval_id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        }
+                    ],
+                    "responses": {
+                        "200": {"description": "the approval"},
+                        "404": _error("not_found"),
+                    },
+                }
+            },
+            "/v1/approvals/{approval_id}/decision": {
+                "post": {
+                    "summary": "Approve or deny (approvals:decide JWT, or a signed callback)",
+                    "security": bearer,
+                    "parameters": [
+                        {
+                            "name": "approval_id",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        }
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref("DecisionRequest")}},
+                    },
+                    "responses": {
+                        "200": {"description": "the approval; approve adds approval_token"},
+                        "400": _error("invalid_request"),
+                        "401": _error("unauthenticated (JWT or callback signature)"),
+                        "403": _error("forbidden (scope, self-approval)"),
+                        "404": _error("not_found"),
+                        "409": _error("conflict or approval_expired"),
                     },
                 }
             },

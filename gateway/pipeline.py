@@ -20,6 +20,7 @@ from gateway.context import ExecContext
 from gateway.errors import GatewayError
 from gateway.services import Services
 from gateway.stages import (
+    Held,
     admit,
     analyse,
     authenticate,
@@ -28,6 +29,7 @@ from gateway.stages import (
     decide,
     dispatch,
     hold_for_approval,
+    redeem_approval,
     validate,
 )
 
@@ -40,9 +42,10 @@ STAGES: tuple[Stage, ...] = (
     validate,  # body -> ExecutionRequest, backend and language served
     authorize,  # scope exec:<language>
     analyse,  # code -> imports, calls, features
+    redeem_approval,  # a presented approval token: verified, bound, spent once
     build_input,  # ctx -> policy input document
     decide,  # one policy query -> Decision (fail closed)
-    hold_for_approval,  # require_approval -> held (approvals come with their issue)
+    hold_for_approval,  # require_approval -> held for a person (202)
     admit,  # rate, quota, concurrency slot, clamped limits
     dispatch,  # spec -> fresh sandbox -> result
 )
@@ -69,6 +72,8 @@ class Pipeline:
             async with ctx.cleanup:
                 for stage in self.stages:
                     await stage(ctx, self.services)
+        except Held as held:
+            ctx.held = held.approval
         except GatewayError as exc:
             error = exc
         except AuditUnavailable as exc:
@@ -78,6 +83,8 @@ class Pipeline:
             error = GatewayError(errors.INTERNAL, "internal error", request_id=ctx.request_id)
         finally:
             ctx.bearer = None
+        if ctx.held is not None:
+            await self._record_held(ctx)
         if error is None and ctx.audit_pending:
             error = await self._settle(ctx)
         self.services.metrics.observe_request(
@@ -87,6 +94,21 @@ class Pipeline:
             await asyncio.shield(self._record_error(ctx, error))
             raise error
         return ctx
+
+    async def _record_held(self, ctx: ExecContext) -> None:
+        approval = ctx.held
+        assert approval is not None
+        ctx.audit_pending.append(
+            self.services.audit.submit(
+                "approval.requested",
+                **ctx.audit_fields(),
+                approval_id=approval.id,
+                reasons=approval.reasons,
+                code_sha256=approval.code_sha256,
+                expires_at=approval.public()["expires_at"],
+                webhook=approval.delivery.get("status"),
+            )
+        )
 
     @staticmethod
     async def _settle(ctx: ExecContext) -> GatewayError | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from backends.base import SandboxBackend
 from gateway.admission import Admission
+from gateway.approval_desk import ApprovalDesk
 from gateway.audit import AuditLog
 from gateway.executions import ExecutionStore
 from gateway.metrics import Metrics
@@ -27,4 +28,5 @@ class Services:
     backends: dict[str, SandboxBackend]
     audit: AuditLog
     store: ExecutionStore
+    approvals: ApprovalDesk
     metrics: Metrics = field(default_factory=Metrics)

@@ -63,7 +63,11 @@ class PolicySettings(Section):
     engine: Literal["embedded", "opa"] = "embedded"
     path: str = "policies"
     opa_url: str = "http://127.0.0.1:8181"
+    # The bundle (in OPA's configuration) whose revision names each OPA decision.
+    opa_bundle: str = "execgate"
     timeout_ms: int = Field(200, gt=0)
+    # Embedded engine: how often `path` is checked for edits (0: never, restart to reload).
+    reload_interval_s: float = Field(2.0, ge=0)
 
 
 class TenantSettings(Section):
@@ -81,10 +85,26 @@ class TenantSettings(Section):
 
 
 class ApprovalsSettings(Section):
+    # Where approval requests are POSTed (Standard Webhooks signed); empty: nowhere,
+    # approvers use the API, the CLI or the console.
     webhook_url: str = ""
     webhook_secret_file: str = ""
+    # Secret that signs decision callbacks (Standard Webhooks); empty: JWT only.
     callback_secret_file: str = ""
     ttl_s: int = Field(900, gt=0)
+    # Ed25519 key that signs approval tokens (aud execgate:approval); generated if missing.
+    signing_key_file: str = "var/approval-ed25519.pem"
+    # On approval the gateway runs the held execution itself, spending the token;
+    # false: the requester presents the token in a new POST /v1/executions.
+    run_held: bool = True
+    delivery_attempts: int = Field(6, ge=1, le=20)
+    delivery_timeout_s: float = Field(5.0, gt=0)
+    backoff_initial_s: float = Field(0.5, gt=0)
+    backoff_max_s: float = Field(60.0, gt=0)
+    callback_tolerance_s: int = Field(300, gt=0)
+    # Base of the links in webhook payloads, e.g. "https://execgate.example.com".
+    public_url: str = ""
+    expiry_check_s: float = Field(1.0, gt=0)
 
 
 class AuditSettings(Section):
@@ -99,8 +119,31 @@ class EgressSettings(Section):
     pass
 
 
+class ToolSettings(Section):
+    """How one tool name runs code: where its language, code and files sit in the
+    call's arguments. A fixed `language` ignores `language_arg`."""
+
+    language: str | None = None
+    language_arg: str = "language"
+    code_arg: str = "code"
+    files_arg: str = "files"
+    stdin_arg: str = "stdin"
+
+
+def _default_tools() -> dict[str, ToolSettings]:
+    return {
+        "run_python": ToolSettings(language="python"),
+        "execute_python": ToolSettings(language="python"),
+        "run_code": ToolSettings(),
+        "bash": ToolSettings(language="bash", code_arg="command"),
+        "shell": ToolSettings(language="bash", code_arg="command"),
+    }
+
+
 class IngressSettings(Section):
-    pass
+    # Tool names whose calls run code (POST /v1/tool-calls); other names are refused.
+    tools: dict[str, ToolSettings] = Field(default_factory=_default_tools)
+    max_calls_per_request: int = Field(16, ge=1, le=256)
 
 
 class StateSettings(Section):

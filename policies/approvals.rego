@@ -1,4 +1,5 @@
-# What needs a human's approval before it runs.
+# What needs a human's approval before it runs: the analysis features and the
+# languages the tenant's policy data lists under `approval`.
 package execgate
 
 import rego.v1
@@ -10,8 +11,21 @@ approval_ttl_s := 900
 native_modules := {"ctypes", "_ctypes", "cffi", "_cffi_backend"}
 
 approval_reasons(v) := {msg |
-	v.features.native_code
-	msg := native_code_reason(v, sorted(v.imports & native_modules))
+	some feature in v.config.approval.features
+	v.features[feature]
+	msg := feature_reason(v, feature)
+} | {msg |
+	some language in v.config.approval.languages
+	language == v.language
+	msg := concat("", [text(v.language), " code for tenant ", text(v.tenant), " needs approval"])
+}
+
+feature_reason(v, "native_code") := native_code_reason(v, sorted(v.imports & native_modules))
+
+feature_reason(v, feature) := concat("", [
+	text(v.language), " code for tenant ", text(v.tenant), " uses ", text(feature),
+]) if {
+	feature != "native_code"
 }
 
 native_code_reason(v, found) := concat("", [

@@ -60,3 +60,25 @@ test_deny_and_approval_both_reported if {
 	d.deny == ["subject lacks scope exec:python"]
 	d.require_approval
 }
+
+test_tenant_features_need_approval if {
+	d := execgate.decide(patched({"tenant": {"id": "initech"}, "analysis": {"features": ["subprocess", "network"]}}))
+	not d.allow
+	d.require_approval
+	d.approval.reason == "python code for tenant initech uses subprocess"
+}
+
+test_tenant_language_needs_approval if {
+	d := execgate.decide(patched({"tenant": {"id": "initech"}, "execution": {"language": "bash"}}))
+	d.require_approval
+	d.approval.reason == "bash code for tenant initech needs approval"
+}
+
+test_every_approval_reason_joined if {
+	d := execgate.decide(patched({
+		"tenant": {"id": "initech"},
+		"execution": {"language": "bash"},
+		"analysis": {"features": ["subprocess", "native_code"]},
+	}))
+	d.approval.reason == "bash code for tenant initech loads native code; bash code for tenant initech needs approval; bash code for tenant initech uses subprocess"
+}

@@ -22,6 +22,7 @@ test_deny_reasons_are_sorted_and_complete if {
 	d.deny == [
 		"language ruby is not allowed for tenant acme",
 		"limit pids must be a positive number, got 0",
+		"network egress to x.example:1 is not on the allowlist of tenant acme",
 		"network egress to x.example:1 needs scope net:egress",
 		"subject lacks scope exec:ruby",
 	]

@@ -1,9 +1,10 @@
-# Network egress: only with scope net:egress, only to well-formed destinations.
+# Network egress: only with scope net:egress, only to well-formed destinations
+# on the tenant's allowlist.
 package execgate
 
 import rego.v1
 
-egress_denials(v) := {msg |
+egress_denials(v) := ({msg |
 	not v.scopes["net:egress"]
 	some dest in v.egress
 	msg := concat("", ["network egress to ", text(dest), " needs scope net:egress"])
@@ -11,6 +12,11 @@ egress_denials(v) := {msg |
 	some dest in v.egress
 	not valid_destination(dest)
 	msg := concat("", ["network egress destination ", text(dest), " is not host:port"])
+}) | {msg |
+	some dest in v.egress
+	valid_destination(dest)
+	not allowlisted(dest, v.config.egress_allowlist)
+	msg := concat("", ["network egress to ", dest, " is not on the allowlist of tenant ", text(v.tenant)])
 }
 
 # host:port with a DNS name or IPv4 host, or [v6]:port; port 1-65535.
@@ -21,6 +27,27 @@ valid_destination(dest) if {
 	port := to_number(parts[count(parts) - 1])
 	port >= 1
 	port <= 65535
+}
+
+# "*" allows any destination; "*.example.org:443" any name below example.org on
+# port 443 (not example.org itself); anything else must match exactly. Names
+# compare case-insensitively.
+allowlisted(dest, allowlist) if {
+	some entry in allowlist
+	allowlist_match(lower(dest), entry)
+}
+
+allowlist_match(_, entry) if entry == "*"
+
+allowlist_match(dest, entry) if {
+	is_string(entry)
+	dest == lower(entry)
+}
+
+allowlist_match(dest, entry) if {
+	is_string(entry)
+	startswith(entry, "*.")
+	endswith(dest, lower(trim_prefix(entry, "*")))
 }
 
 # Exactly what was asked for once it is allowed: the sandbox reaches these

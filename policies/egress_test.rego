@@ -27,10 +27,10 @@ test_egress_with_scope_allowed if {
 }
 
 test_each_destination_named if {
-	d := execgate.decide(patched({"execution": {"egress": ["a.example:1", "b.example:2"]}}))
+	d := execgate.decide(patched({"execution": {"egress": ["api.example.com:443", "x.example.org:443"]}}))
 	d.deny == [
-		"network egress to a.example:1 needs scope net:egress",
-		"network egress to b.example:2 needs scope net:egress",
+		"network egress to api.example.com:443 needs scope net:egress",
+		"network egress to x.example.org:443 needs scope net:egress",
 	]
 }
 
@@ -53,9 +53,46 @@ test_malformed_destinations_denied if {
 }
 
 test_port_bounds_accepted if {
+	d := execgate.decide_with(
+		patched({"execution": {"egress": ["h:1", "h:65535"]}, "subject": {"scopes": with_net}}),
+		{"acme": {"egress_allowlist": ["*"]}, "default": data.tenants["default"]},
+	)
+	d.allow
+}
+
+test_destination_not_on_allowlist_denied if {
 	d := execgate.decide(patched({
-		"execution": {"egress": ["h:1", "h:65535"]},
+		"execution": {"egress": ["api.example.com:443", "evil.example:443", "api.example.com:80"]},
 		"subject": {"scopes": with_net},
 	}))
-	d.allow
+	not d.allow
+	d.deny == [
+		"network egress to api.example.com:80 is not on the allowlist of tenant acme",
+		"network egress to evil.example:443 is not on the allowlist of tenant acme",
+	]
+	d.obligations.egress == []
+}
+
+test_wildcard_entry_matches_subdomains_only if {
+	allowlist := ["*.example.org:443"]
+	execgate.allowlisted("a.example.org:443", allowlist)
+	execgate.allowlisted("A.B.Example.ORG:443", allowlist)
+	not execgate.allowlisted("example.org:443", allowlist)
+	not execgate.allowlisted("badexample.org:443", allowlist)
+	not execgate.allowlisted("a.example.org:4430", allowlist)
+}
+
+test_star_allows_anything_well_formed if {
+	execgate.allowlisted("anything.example:1", ["*"])
+	not execgate.allowlisted("anything.example:1", [])
+	not execgate.allowlisted("anything.example:1", [7, null])
+}
+
+test_tenant_without_allowlist_gets_no_egress if {
+	d := execgate.decide(patched({
+		"tenant": {"id": "unlisted"},
+		"execution": {"egress": ["api.example.com:443"]},
+		"subject": {"scopes": with_net},
+	}))
+	d.deny == ["network egress to api.example.com:443 is not on the allowlist of tenant unlisted"]
 }

@@ -83,3 +83,40 @@ test_nonsensical_ceiling_ignored if {
 	d := execgate.decide(patched({"execution": {"limits": {"timeout_s": 5}}, "tenant": {"ceilings": {"timeout_s": 0, "pids": "x"}}}))
 	d.obligations == {"timeout_s": 5, "egress": []}
 }
+
+test_tier_ceiling_applies if {
+	d := execgate.decide(patched({
+		"subject": {"claims": {"tier": "free"}},
+		"execution": {"limits": {"timeout_s": 25, "memory_mb": 256}},
+	}))
+	d.allow
+	d.obligations.timeout_s == 10
+	d.obligations.memory_mb == 128
+}
+
+test_tier_cannot_raise_the_gateway_ceiling if {
+	d := execgate.decide(patched({"subject": {"claims": {"tier": "pro"}}, "execution": {"limits": {"memory_mb": 4096}}}))
+	d.obligations.memory_mb == 512
+}
+
+test_unknown_or_odd_tier_has_no_ceiling if {
+	d := execgate.decide(patched({"subject": {"claims": {"tier": "platinum"}}}))
+	d.obligations.memory_mb == 256
+	e := execgate.decide(patched({"subject": {"claims": {"tier": 3}}}))
+	e.obligations.memory_mb == 256
+	f := execgate.decide(patched({"subject": {"claims": "free"}}))
+	f.obligations.memory_mb == 256
+}
+
+test_lowest_of_three_ceilings_wins if {
+	tenants := {"default": data.tenants["default"], "acme": {"ceilings": {"pids": 32, "cpus": 2}, "tiers": {"t": {"pids": 16, "disk_mb": 100}}}}
+	d := execgate.decide_with(patched({"subject": {"claims": {"tier": "t"}}, "execution": {"limits": {}}}), tenants)
+	d.obligations.pids == 16
+	d.obligations.cpus == 1.5
+	d.obligations.disk_mb == 64
+}
+
+test_limits_not_an_object_denied if {
+	d := execgate.decide(object.union(object.remove(base_input, ["execution"]), {"execution": object.union(object.remove(base_input.execution, ["limits"]), {"limits": "lots"})}))
+	d.deny == ["limits must be an object, got lots"]
+}

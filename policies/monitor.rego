@@ -4,10 +4,15 @@ package execgate
 
 import rego.v1
 
-monitor_notes(v) := {note |
-	v.features.dynamic_code
-	note := "would deny under draft rule: dynamic_code"
+monitor_notes(v) := ({note |
+	some feature in v.config.monitor_features
+	v.features[feature]
+	note := concat("", ["would deny under draft rule: ", text(feature)])
 } | {note |
 	v.parsed != true
 	note := "code could not be analysed (analysis.parsed is false)"
+}) | {note |
+	v.features.network
+	count(v.egress) == 0
+	note := "code uses the network but asked for no egress: its connections will fail"
 }

@@ -19,3 +19,15 @@ test_nothing_to_monitor if {
 	d := execgate.decide(base_input)
 	d.monitor == []
 }
+
+test_network_without_egress_monitored if {
+	d := execgate.decide(patched({"analysis": {"features": ["network"]}}))
+	d.allow
+	d.monitor == ["code uses the network but asked for no egress: its connections will fail"]
+}
+
+test_tenant_monitor_features if {
+	d := execgate.decide(patched({"tenant": {"id": "initech"}, "analysis": {"features": ["filesystem_write", "dynamic_code"]}}))
+	d.allow
+	d.monitor == ["would deny under draft rule: dynamic_code", "would deny under draft rule: filesystem_write"]
+}

@@ -6,13 +6,26 @@ import rego.v1
 # The gateway checks `exec:<language>` at the edge as well; checking it here too
 # keeps the decision self-contained and auditable.
 scope_denials(v) := {msg |
-	not v.scopes[concat("", ["exec:", text(v.language)])]
+	not has_exec_scope(v)
 	msg := concat("", ["subject lacks scope exec:", text(v.language)])
 }
 
+has_exec_scope(v) if {
+	is_string(v.language)
+	v.scopes[concat("", ["exec:", v.language])]
+}
+
+# Both the gateway's settings (input.tenant.languages) and the tenant's policy
+# data must allow the language.
 language_denials(v) := {msg |
-	not v.languages[v.language]
+	not language_allowed(v)
 	msg := concat("", ["language ", text(v.language), " is not allowed for tenant ", text(v.tenant)])
+}
+
+language_allowed(v) if {
+	v.languages[v.language]
+	some allowed in v.config.languages
+	allowed == v.language
 }
 
 version_denials(v) := {msg |

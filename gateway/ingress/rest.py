@@ -68,9 +68,24 @@ def new_context(request: web.Request, ingress: str, body: bytes) -> ExecContext:
 async def create_execution(request: web.Request) -> web.Response:
     body = await read_body(request)
     ctx = await request.app[PIPELINE].run(new_context(request, "rest", body))
+    if ctx.held is not None:
+        return web.json_response(held_body(ctx), status=202)
     record = await request.app[SERVICES].store.get(ctx.execution_id)
     assert record is not None and record["result"] is not None
     return web.json_response(record["result"])
+
+
+def held_body(ctx: ExecContext) -> dict[str, object]:
+    approval = ctx.held
+    assert approval is not None
+    public = approval.public()
+    return {
+        "status": "pending_approval",
+        "approval_id": approval.id,
+        "execution_id": ctx.execution_id,
+        "expires_at": public["expires_at"],
+        "reasons": approval.reasons,
+    }
 
 
 @routes.get("/v1/executions/{execution_id}")

@@ -1,12 +1,16 @@
 """The policy engine interface: one decision document per request, or an error.
 
-Engines return the raw `data.execgate.decision` object; `gateway.decision` turns
-it into a `Decision` and rejects anything malformed. Every failure is a
+Engines return the raw `data.execgate.decision` object in an `EngineAnswer`
+together with the policy revision that produced it (policies reload while the
+gateway runs, so the engine's current revision may already be another one) and,
+for OPA, OPA's own decision id. `gateway.decision` turns the object into a
+`Decision` and rejects anything malformed. Every failure is a
 `PolicyEngineError`, and the gateway fails closed on every one of them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 ErrorKindName = Literal["unavailable", "invalid"]
@@ -28,17 +32,27 @@ class PolicyEngineError(Exception):
         self.message = message
 
 
+@dataclass(frozen=True, slots=True)
+class EngineAnswer:
+    # The decision document as the engine produced it (an object; checked by the engine).
+    value: dict[str, Any]
+    # Content hash of the policy files and data that decided.
+    revision: str
+    # The engine's own id for this decision (OPA's decision log `decision_id`), if any.
+    engine_decision_id: str | None = None
+
+
 @runtime_checkable
 class PolicyEngine(Protocol):
-    # Content hash of the loaded policy files and data; recorded with every decision.
+    # Content hash of the policy currently loaded (the latest one seen, for OPA).
     revision: str
 
     async def start(self) -> None:
         """Load and compile the policy; raise PolicyEngineError if it is unusable."""
         ...
 
-    async def decide(self, input: dict[str, Any]) -> dict[str, Any]:
-        """The raw decision object for `input`, or PolicyEngineError."""
+    async def decide(self, input: dict[str, Any]) -> EngineAnswer:
+        """The raw decision object for `input` and who decided, or PolicyEngineError."""
         ...
 
     async def health(self) -> tuple[bool, str]:
@@ -46,3 +60,11 @@ class PolicyEngine(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+def json_kind(value: Any) -> str:
+    """ "a string", "an array", ...: how error messages name a JSON value's type."""
+    if isinstance(value, bool):
+        return "a boolean"
+    names = {str: "a string", list: "an array", dict: "an object", type(None): "null"}
+    return names.get(type(value), "a number" if isinstance(value, int | float) else "unknown")

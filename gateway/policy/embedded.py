@@ -15,8 +15,10 @@ query that overruns its deadline keeps running; what happens then:
 A policy that makes rego-cpp crash (it aborts or segfaults on some valid Rego)
 is caught at start-up by compiling and probing it in a throw-away process first
 (see preflight.py); an input-dependent crash during a query cannot be caught
-in-process. Hot reload is not here yet; calling start() again is its core: it
-recompiles and swaps only once the new policy is ready.
+in-process. Calling start() again recompiles and swaps only once the new policy
+is ready; `reload.PolicyReloader` does that when the files change. Each lane
+carries the revision it compiled, so an answer names the policy that decided it
+even while a reload swaps lanes.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 
 import regopy
 
-from gateway.policy.base import PolicyEngineError
+from gateway.policy.base import EngineAnswer, PolicyEngineError, json_kind
 from gateway.policy.preflight import preflight
 from gateway.policy.rego import CompiledPolicy
 from gateway.policy.sources import PolicySources, load_sources
@@ -53,6 +55,7 @@ class _Lane:
     def __init__(self, sources: PolicySources, name: str) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._policy: CompiledPolicy | None = None
+        self.revision = sources.revision
         # Set while a job runs; read from the event loop to spot overruns.
         self.busy_since: float | None = None
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -193,7 +196,7 @@ class EmbeddedEngine:
         self._lanes_started += 1
         return _Lane(sources, name=f"rego-{self._lanes_started}")
 
-    async def decide(self, input: dict[str, Any]) -> dict[str, Any]:
+    async def decide(self, input: dict[str, Any]) -> EngineAnswer:
         lane = self._usable_lane()
         future = lane.decide(input)
         try:
@@ -205,9 +208,9 @@ class EmbeddedEngine:
             ) from None
         if not isinstance(value, dict):
             raise PolicyEngineError(
-                "invalid", f"data.execgate.decision is {_type_name(value)}, not an object"
+                "invalid", f"data.execgate.decision is {json_kind(value)}, not an object"
             )
-        return value
+        return EngineAnswer(value, lane.revision)
 
     async def health(self) -> tuple[bool, str]:
         try:
@@ -254,8 +257,3 @@ class EmbeddedEngine:
         # Requests queue behind the new lane's compile (milliseconds) under their
         # own deadlines; a compile failure shows up as their error.
         self._lane = self._new_lane(self._sources)
-
-
-def _type_name(value: Any) -> str:
-    names = {str: "a string", list: "an array", bool: "a boolean", type(None): "null"}
-    return names.get(type(value), "a number" if isinstance(value, int | float) else "unknown")

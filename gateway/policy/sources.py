@@ -55,25 +55,52 @@ def _nest(data: dict[str, Any], parts: tuple[str, ...], doc: Any, file: Path) ->
         node[key] = value
 
 
-def load_sources(root: Path) -> PolicySources:
-    """Read `root`; blocking file I/O, so call it from a thread."""
+def _policy_files(root: Path) -> list[tuple[Path, bool]]:
+    """(file, is_module) for every file the engines load, in a stable order."""
     if not root.is_dir():
         raise PolicyEngineError("invalid", f"policy directory not found: {root}")
+    found = []
+    for file in sorted(p for p in root.rglob("*") if p.is_file() and _visible(p, root)):
+        is_module = file.suffix == ".rego" and not file.name.endswith("_test.rego")
+        if is_module or file.name == "data.json":
+            found.append((file, is_module))
+    return found
+
+
+def _read(file: Path) -> bytes:
+    try:
+        return file.read_bytes()
+    except OSError as exc:
+        raise PolicyEngineError("invalid", f"{file}: unreadable: {exc}") from None
+
+
+def _digest_entry(root: Path, file: Path, raw: bytes) -> bytes:
+    return file.relative_to(root).as_posix().encode() + b"\0" + raw + b"\0"
+
+
+def fingerprint(root: Path) -> str:
+    """The revision `load_sources(root)` would report, without parsing anything.
+
+    Cheap enough to poll (a few small reads); blocking, so call it from a thread.
+    """
+    digest = hashlib.sha256()
+    for file, _ in _policy_files(root):
+        digest.update(_digest_entry(root, file, _read(file)))
+    return digest.hexdigest()
+
+
+def load_sources(root: Path) -> PolicySources:
+    """Read `root`; blocking file I/O, so call it from a thread."""
     digest = hashlib.sha256()
     modules: dict[str, str] = {}
     data: dict[str, Any] = {}
-    files = sorted(p for p in root.rglob("*") if p.is_file() and _visible(p, root))
-    for file in files:
-        rel = file.relative_to(root)
-        is_module = file.suffix == ".rego" and not file.name.endswith("_test.rego")
-        if not (is_module or file.name == "data.json"):
-            continue
+    for file, is_module in _policy_files(root):
+        raw = _read(file)
         try:
-            raw = file.read_bytes()
             text = raw.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+        except UnicodeDecodeError as exc:
             raise PolicyEngineError("invalid", f"{file}: unreadable: {exc}") from None
-        digest.update(rel.as_posix().encode() + b"\0" + raw + b"\0")
+        digest.update(_digest_entry(root, file, raw))
         if is_module:
             modules[str(file)] = text
             continue
@@ -81,7 +108,7 @@ def load_sources(root: Path) -> PolicySources:
             doc = json.loads(text)
         except ValueError as exc:
             raise PolicyEngineError("invalid", f"{file}: invalid JSON: {exc}") from None
-        _nest(data, rel.parent.parts, doc, file)
+        _nest(data, file.relative_to(root).parent.parts, doc, file)
     if not modules:
         raise PolicyEngineError("invalid", f"no policy modules (*.rego) in {root}")
     return PolicySources(root=root, modules=modules, data=data, revision=digest.hexdigest())

@@ -5,7 +5,7 @@ Their order lives in gateway/pipeline.py and nowhere else.
 
 from gateway.stages.admit import admit
 from gateway.stages.analyse import analyse
-from gateway.stages.approval import hold_for_approval
+from gateway.stages.approval import Held, hold_for_approval, redeem_approval
 from gateway.stages.auth import authenticate, authorize
 from gateway.stages.dispatch import dispatch
 from gateway.stages.policy import decide
@@ -13,6 +13,7 @@ from gateway.stages.policy_input import build_input
 from gateway.stages.validate import validate
 
 __all__ = [
+    "Held",
     "admit",
     "analyse",
     "authenticate",
@@ -21,5 +22,6 @@ __all__ = [
     "decide",
     "dispatch",
     "hold_for_approval",
+    "redeem_approval",
     "validate",
 ]

@@ -35,9 +35,14 @@ async def admit(ctx: ExecContext, svc: Services) -> None:
             f"backend {ctx.backend} cannot provide network egress",
             decision_id=ctx.decision.decision_id,
         )
+    ceilings = obligations.as_dict()
+    if ctx.grant is not None:
+        # What a person approved is a ceiling too.
+        for key, value in ctx.grant.limits.items():
+            ceilings[key] = min(value, ceilings.get(key, value))
     ctx.limits = clamp(
         ctx.request.limits.model_dump(exclude_none=True),
-        obligations.as_dict(),
+        ceilings,
         ctx.tenant,
         backend.capabilities.max_limits,
     )

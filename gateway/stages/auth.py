@@ -22,7 +22,10 @@ async def verify_bearer(svc: Services, token: str | None) -> Principal:
 
 async def authenticate(ctx: ExecContext, svc: Services) -> None:
     token, ctx.bearer = ctx.bearer, None
-    ctx.principal = await verify_bearer(svc, token)
+    if ctx.principal is None:
+        ctx.principal = await verify_bearer(svc, token)
+    # else: an execution held for approval, authenticated when it was requested. Only
+    # the approval desk builds such a context; no ingress can set a principal.
     ctx.tenant = svc.settings.tenant(ctx.principal.tenant)
 
 

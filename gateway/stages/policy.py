@@ -1,4 +1,9 @@
-"""decide: one policy query per request; anything but a clear answer fails closed."""
+"""decide: one policy query per request; anything but a clear answer fails closed.
+
+The decision id is the engine's own when it has one (OPA's decision-log
+`decision_id`), so the gateway's audit log and OPA's decision log join on one
+value; otherwise (embedded engine, or no answer at all) it is ours, `dec_...`.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +23,9 @@ async def decide(ctx: ExecContext, svc: Services) -> None:
     decision_id = new_id("dec")
     started = time.perf_counter()
     try:
-        raw = await engine.decide(ctx.policy_input)
-        decision = parse_decision(raw, decision_id=decision_id, revision=engine.revision)
+        answer = await engine.decide(ctx.policy_input)
+        decision_id = answer.engine_decision_id or decision_id
+        decision = parse_decision(answer.value, decision_id=decision_id, revision=answer.revision)
     except PolicyEngineError as exc:
         svc.metrics.observe_decision("error", time.perf_counter() - started)
         kind = errors.POLICY_INVALID if exc.kind == "invalid" else errors.POLICY_UNAVAILABLE

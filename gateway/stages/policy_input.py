@@ -58,7 +58,7 @@ def policy_input(ctx: ExecContext, usage: dict[str, Any]) -> dict[str, Any]:
             "backend": ctx.backend,
         },
         "analysis": ctx.analysis or {"parsed": False, "imports": [], "calls": [], "features": []},
-        "approval": {"present": False},
+        "approval": ctx.approval or {"present": False},
     }
 
 

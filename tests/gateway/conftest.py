@@ -37,7 +37,9 @@ def make_settings(root: Path, **env: str) -> Settings:
         "EXECGATE_AUDIT_PATH": str(root / "audit.jsonl"),
         "EXECGATE_STATE_PATH": str(root / "state.db"),
         "EXECGATE_AUTH_HS256_SECRET_FILE": str(root / "hs256.key"),
-        "EXECGATE_POLICY_PATH": str(REPO / "policies"),
+        "EXECGATE_APPROVALS_SIGNING_KEY_FILE": str(root / "approval-ed25519.pem"),
+        # A developer may point the suite at another policy tree while editing this one.
+        "EXECGATE_POLICY_PATH": os.environ.get("EXECGATE_TEST_POLICY_PATH", str(REPO / "policies")),
         "EXECGATE_BACKENDS_NSJAIL_STATE_DIR": str(sandboxes.resolve()),
         "EXECGATE_TENANTS_ACME_RATE_PER_S": "1000",
         "EXECGATE_TENANTS_ACME_BURST": "1000",

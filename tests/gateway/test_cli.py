@@ -124,3 +124,35 @@ async def test_exec_prints_output_and_exits_with_the_code_status(
         assert code == 125 and "unauthenticated" in err
     finally:
         await server.close()
+
+
+@pytest.mark.integration
+async def test_held_exec_waits_for_an_approval_given_on_the_cli(
+    settings: Settings, tmp_path: Path
+) -> None:
+    server = TestServer(create_app(settings), host="127.0.0.1")
+    await server.start_server()
+    try:
+        env = {k: v for k, v in cli_env(settings).items() if k != "EXECGATE_BACKENDS_DEFAULT"}
+        env["EXECGATE_URL"] = str(server.make_url("/"))
+        env["EXECGATE_STATE_PATH"] = settings.state.path
+        env["EXECGATE_APPROVALS_SIGNING_KEY_FILE"] = settings.approvals.signing_key_file
+        code = b"import ctypes\nprint('native', ctypes.sizeof(ctypes.c_long))\n"
+        held = asyncio.ensure_future(run_cli("exec", "--lang", "python", "-", env=env, stdin=code))
+        listing = ""
+        for _ in range(100):
+            rc, listing, err = await run_cli("approvals", "list", "--json", env=env)
+            assert rc == 0, err
+            if json.loads(listing):
+                break
+            await asyncio.sleep(0.1)
+        (pending,) = json.loads(listing)
+        rc, out, err = await run_cli(
+            "approvals", "approve", pending["approval_id"], "--reason", "ok", env=env
+        )
+        assert rc == 0 and "approved" in out, err
+        rc, out, err = await asyncio.wait_for(held, 60)
+        assert (rc, out) == (0, "native 8\n"), err
+        assert "held for approval" in err
+    finally:
+        await server.close()

@@ -15,13 +15,15 @@ import pytest
 
 from backends.noop import NoopBackend
 from gateway.admission import Admission
+from gateway.approval_desk import ApprovalDesk
+from gateway.approvals import ApprovalStore
 from gateway.audit import AuditLog
 from gateway.context import ExecContext
 from gateway.errors import GatewayError
 from gateway.executions import ExecutionStore
 from gateway.ingress.rest import decode_json_body
 from gateway.pipeline import STAGES, Pipeline
-from gateway.policy.base import PolicyEngineError
+from gateway.policy.base import EngineAnswer, PolicyEngineError
 from gateway.services import Services
 from gateway.settings import load_settings
 from gateway.tokens import Principal
@@ -45,11 +47,11 @@ class FakeEngine:
         self.answer: Any = ALLOW
         self.inputs: list[dict[str, Any]] = []
 
-    async def decide(self, input: dict[str, Any]) -> Any:
+    async def decide(self, input: dict[str, Any]) -> EngineAnswer:
         self.inputs.append(input)
         if isinstance(self.answer, Exception):
             raise self.answer
-        return self.answer
+        return EngineAnswer(self.answer, self.revision)
 
     async def health(self) -> tuple[bool, str]:
         return True, ""
@@ -62,6 +64,11 @@ async def svc(tmp_path: Path) -> AsyncIterator[Services]:
     await audit.start()
     store = ExecutionStore(None)
     await store.start()
+    settings.approvals.signing_key_file = str(tmp_path / "approval.pem")
+    approvals = ApprovalStore(tmp_path / "state.db")
+    await approvals.start()
+    desk = ApprovalDesk(settings.approvals, approvals, audit, store)
+    await desk.start()
     yield Services(
         settings=settings,
         verifier=FakeVerifier(),  # type: ignore[arg-type]
@@ -70,7 +77,10 @@ async def svc(tmp_path: Path) -> AsyncIterator[Services]:
         backends={"noop": NoopBackend()},
         audit=audit,
         store=store,
+        approvals=desk,
     )
+    await desk.close()
+    await approvals.close()
     await audit.close()
     await store.close()
 
@@ -95,6 +105,7 @@ def test_the_order_is_written_once() -> None:
         "validate",
         "authorize",
         "analyse",
+        "redeem_approval",
         "build_input",
         "decide",
         "hold_for_approval",

@@ -8,30 +8,17 @@ a failure in CI.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from gateway.policy.rego import CompiledPolicy
 from gateway.policy.sources import load_sources
 from tests.policies.inputs import base_input, corpus
+from tests.policies.opa_server import POLICIES, find_opa
 
-POLICIES = Path(__file__).resolve().parents[2] / "policies"
-
-
-def find_opa() -> str:
-    candidates = [os.environ.get("EXECGATE_OPA_BIN"), shutil.which("opa")]
-    candidates.append(str(Path.home() / "go" / "bin" / "opa"))
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file():
-            return candidate
-    message = "the opa binary is needed (set EXECGATE_OPA_BIN or put opa on PATH)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+# The floor for `opa test --coverage` over policies/.
+MIN_COVERAGE_PERCENT = 90.0
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +50,32 @@ def test_opa_test_passes(opa: str) -> None:
     results = json.loads(proc.stdout)
     failed = [r["name"] for r in results if r.get("fail") or r.get("error")]
     assert proc.returncode == 0 and not failed, failed or proc.stderr
-    assert len(results) >= 20
+    assert len(results) >= 80
+
+
+def test_opa_test_coverage(opa: str) -> None:
+    proc = subprocess.run(
+        [opa, "test", str(POLICIES), "--coverage", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    report = json.loads(proc.stdout)
+    uncovered = {
+        name: [(r["start"]["row"], r["end"]["row"]) for r in f.get("not_covered", [])]
+        for name, f in report["files"].items()
+        if f.get("not_covered")
+    }
+    print(f"opa test coverage: {report['coverage']:.1f}%; not covered: {uncovered}")
+    assert report["coverage"] >= MIN_COVERAGE_PERCENT, uncovered
+
+
+def test_opa_fmt_clean(opa: str) -> None:
+    proc = subprocess.run(
+        [opa, "fmt", "--list", str(POLICIES)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0 and proc.stdout == "", proc.stdout + proc.stderr
 
 
 def test_opa_check_strict(opa: str) -> None:

@@ -184,10 +184,12 @@ async def test_policy_denial_has_reasons_and_is_audited(
     assert not [r for r in audit_records(settings) if r["type"] == "execution.started"]
 
 
-async def test_native_code_needs_approval(client: TestClient, token: Token) -> None:
+async def test_native_code_is_held_for_approval(client: TestClient, token: Token) -> None:
     status, body = await post(client, token(), {"language": "python", "code": "import ctypes"})
-    assert status == 403 and body["error"]["code"] == "policy_denied"
-    assert body["error"]["require_approval"] is True
+    assert status == 202 and body["status"] == "pending_approval", body
+    assert body["approval_id"].startswith("apr_") and body["reasons"]
+    resp = await client.get(f"/v1/executions/{body['execution_id']}", headers=auth(token()))
+    assert (await resp.json())["status"] == "pending_approval"
 
 
 # --- bad input --------------------------------------------------------------------

@@ -48,6 +48,12 @@ async def decide_error(engine: EmbeddedEngine, doc: dict) -> PolicyEngineError:
     return info.value
 
 
+async def value(engine: EmbeddedEngine, doc: dict) -> dict:
+    answer = await engine.decide(doc)
+    assert answer.revision == engine.revision and answer.engine_decision_id is None
+    return answer.value
+
+
 # --- the shipped policy -------------------------------------------------------
 
 
@@ -60,7 +66,7 @@ async def test_compiles_shipped_policy(engine: EmbeddedEngine) -> None:
 
 
 async def test_typical_allow(engine: EmbeddedEngine) -> None:
-    assert await engine.decide(base_input()) == {
+    assert await value(engine, base_input()) == {
         "allow": True,
         "deny": [],
         "require_approval": False,
@@ -78,31 +84,32 @@ async def test_typical_allow(engine: EmbeddedEngine) -> None:
 
 
 async def test_egress_without_scope_denied_with_reason(engine: EmbeddedEngine) -> None:
-    decision = await engine.decide(patched(execution={"egress": ["api.example.com:443"]}))
+    decision = await value(engine, patched(execution={"egress": ["api.example.com:443"]}))
     assert decision["allow"] is False
     assert decision["deny"] == ["network egress to api.example.com:443 needs scope net:egress"]
 
 
 async def test_egress_with_scope_becomes_obligation(engine: EmbeddedEngine) -> None:
-    decision = await engine.decide(
+    decision = await value(
+        engine,
         patched(
             execution={"egress": ["api.example.com:443"]},
             subject={"scopes": ["exec:python", "net:egress"]},
-        )
+        ),
     )
     assert decision["allow"] is True
     assert decision["obligations"]["egress"] == ["api.example.com:443"]
 
 
 async def test_missing_scope_denied(engine: EmbeddedEngine) -> None:
-    decision = await engine.decide(patched(subject={"scopes": ["exec:bash"]}))
+    decision = await value(engine, patched(subject={"scopes": ["exec:bash"]}))
     assert decision["allow"] is False
     assert decision["deny"] == ["subject lacks scope exec:python"]
 
 
 async def test_limits_clamped_to_ceilings(engine: EmbeddedEngine) -> None:
-    decision = await engine.decide(
-        patched(execution={"limits": {"timeout_s": 300, "memory_mb": 4096, "pids": 9}})
+    decision = await value(
+        engine, patched(execution={"limits": {"timeout_s": 300, "memory_mb": 4096, "pids": 9}})
     )
     assert decision["allow"] is True
     obligations = decision["obligations"]
@@ -111,25 +118,26 @@ async def test_limits_clamped_to_ceilings(engine: EmbeddedEngine) -> None:
 
 async def test_native_code_needs_approval(engine: EmbeddedEngine) -> None:
     native = {"imports": ["ctypes"], "features": ["native_code"]}
-    decision = await engine.decide(patched(analysis=native))
+    decision = await value(engine, patched(analysis=native))
     assert decision["allow"] is False
     assert decision["require_approval"] is True
     assert decision["approval"] == {
         "reason": "python code for tenant acme loads native code (ctypes)",
         "ttl_s": 900,
     }
-    approved = await engine.decide(
+    approved = await value(
+        engine,
         patched(
             analysis=native,
             approval={"present": True, "id": "apr_1", "code_sha256_match": True},
-        )
+        ),
     )
     assert approved["allow"] is True and approved["require_approval"] is False
 
 
 async def test_hostile_strings_round_trip(engine: EmbeddedEngine) -> None:
     language = 'py"th\\on\n\u00e9\u20ac\U0001f600\u0000'
-    decision = await engine.decide(patched(execution={"language": language, "code": "\x00\ud800"}))
+    decision = await value(engine, patched(execution={"language": language, "code": "\x00\ud800"}))
     assert decision["deny"] == [
         f"language {language} is not allowed for tenant acme",
         f"subject lacks scope exec:{language}",
@@ -150,7 +158,7 @@ async def test_concurrent_decisions_are_each_correct(engine: EmbeddedEngine) -> 
         else patched(subject={"scopes": [f"exec:lang{i}"]})
         for i in range(200)
     ]
-    decisions = await asyncio.gather(*(engine.decide(doc) for doc in docs))
+    decisions = await asyncio.gather(*(value(engine, doc) for doc in docs))
     for i, decision in enumerate(decisions):
         if i % 2:
             assert decision["allow"] is True
@@ -191,7 +199,7 @@ async def test_data_json_is_loaded_at_its_directory(tmp_path: Path) -> None:
     engine = EmbeddedEngine(tmp_path, timeout_ms=TIMEOUT_MS)
     await engine.start()
     try:
-        assert await engine.decide({}) == {"n": 7, "m": "t", "l": 2}
+        assert await value(engine, {}) == {"n": 7, "m": "t", "l": 2}
     finally:
         await engine.close()
 
@@ -286,11 +294,11 @@ async def test_restart_swaps_only_a_good_policy(tmp_path: Path) -> None:
         write_policy(tmp_path, "package execgate\ndecision := {\n")
         await start_error_on(engine)
         assert engine.revision == first
-        assert await engine.decide({}) == {"v": 1}
+        assert await value(engine, {}) == {"v": 1}
         write_policy(tmp_path, 'package execgate\nimport rego.v1\ndecision := {"v": 2}\n')
         await engine.start()
         assert engine.revision != first
-        assert await engine.decide({}) == {"v": 2}
+        assert await value(engine, {}) == {"v": 2}
     finally:
         await engine.close()
 
@@ -329,7 +337,7 @@ async def test_slow_policy_times_out_and_does_not_wedge(tmp_path: Path) -> None:
         assert "50 ms" in str(error)
         # The stuck evaluation runs on; later requests get a fresh thread.
         assert engine.overdue_evaluations == 1
-        assert await engine.decide({"n": 3}) == {"n": 3}
+        assert await value(engine, {"n": 3}) == {"n": 3}
         assert (await engine.health())[0] is True
         await engine.wait_overdue()
         assert engine.overdue_evaluations == 0
@@ -349,6 +357,6 @@ async def test_too_many_overdue_evaluations_refuse_until_they_finish(tmp_path: P
         assert not healthy and "still running" in detail
         await engine.wait_overdue()
         assert engine.overdue_evaluations == 0
-        assert await engine.decide({"n": 3}) == {"n": 3}
+        assert await value(engine, {"n": 3}) == {"n": 3}
     finally:
         await engine.close()
