@@ -34,7 +34,7 @@ opa-run: $(STAMP) $(OPA)
 # tagged by a hash of its recipe: rebuilt only when backends/images/sandbox/build.sh
 # changes. Needs a running engine: deploy/docker/start-dockerd.sh.
 images:
-	backends/images/sandbox/build.sh
+	bash backends/images/sandbox/build.sh
 
 run: $(STAMP)
 	$(BIN)/execgate serve

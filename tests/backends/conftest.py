@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from backends.base import BackendError
+from backends.docker import DockerBackend
 from backends.nsjail import NsjailBackend
 from backends.nsjail_settings import NsjailSettings
 
@@ -122,6 +124,22 @@ async def assert_nsjail_host_clean(backend: NsjailBackend) -> None:
     assert {n for n in backend.cgroups.children() if n.startswith(prefix)} == ready
     assert {n for n in backend.workspaces.names() if n.startswith(prefix)} == ready
     assert mounts_under(backend.workspaces.runs_dir) == ready, "a workspace is still mounted"
+
+
+async def start_docker_backend(backend: DockerBackend) -> DockerBackend:
+    """Start a docker or docker-gvisor backend, or say which component is missing."""
+    try:
+        await backend.start()
+    except BackendError as exc:
+        missing_component(f"{backend.name} backend cannot start: {exc}")
+    return backend
+
+
+async def assert_docker_host_clean(backend: DockerBackend) -> None:
+    """Nothing of any finished execution is left in the engine: the containers of
+    this backend instance are exactly those waiting in its pool."""
+    await backend.wait_settled()
+    assert await backend.own_containers() == backend.ready_sandboxes
 
 
 def mounts_under(directory: Path) -> set[str]:

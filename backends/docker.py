@@ -1,0 +1,293 @@
+"""The docker backend: one fresh, hardened container per execution (runtime runc).
+
+Each execution runs in a new container of the sandbox image (`make images`):
+read-only, no network, no capabilities, no new privileges, the seccomp allowlist
+all backends share (or the engine's, or one configured), an unprivileged user,
+memory without swap, CPU, process and file limits, size-capped tmpfs mounts for
+/workspace, /tmp, /dev/shm and /code, no host mounts and an explicit environment.
+Its PID 1 is our launcher (backends/docker_launcher.py): code, input files and
+stdin go in on its stdin, output and output files come back framed on its stdout,
+the files collected after everything else in the container is dead, the exit report
+authenticated by a nonce; the engine says how it ended when that matters (OOM).
+Containers are started ahead of requests (docker_pool.py), used once, removed.
+
+`docker-gvisor` (backends/gvisor.py) is the same with gVisor's runsc runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from backends.base import (
+    BackendError,
+    Capabilities,
+    ExecResult,
+    ExecSpec,
+    Health,
+    Limits,
+    SandboxBackend,
+    Status,
+)
+from backends.docker_config import LAUNCHER_SOURCE, Shape
+from backends.docker_engine import Engine
+from backends.docker_image import default_image
+from backends.docker_pool import Background, Pool
+from backends.docker_reaper import Instance, reap
+from backends.docker_sandbox import Container, ContainerFactory
+from backends.docker_seccomp import bundled_profile
+from backends.docker_settings import DockerSettings
+
+log = logging.getLogger(__name__)
+
+MIN_MEMORY_MB = 16
+# Run once at start-up in a real sandbox: which runtimes the image has, and what
+# kernel the sandbox sees (the gVisor backend's proof that runsc is in use).
+PROBE = """
+import ctypes, json, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(4096)
+n = libc.klogctl(3, buf, 4096)  # SYSLOG_ACTION_READ_ALL: refused outside gVisor
+print(json.dumps({
+    "present": [p for p in ARGV0S if os.access(p, os.X_OK)],
+    "release": platform.release(),
+    "kernel_log": buf.raw[:max(n, 0)].decode(errors="replace"),
+}))
+"""
+
+
+class DockerBackend(SandboxBackend):
+    name = "docker"
+    Settings = DockerSettings
+
+    def __init__(self, settings: DockerSettings | None = None) -> None:
+        self.settings = settings or self.Settings()
+        s = self.settings
+        self.instance = Instance.current()
+        self.engine = Engine(s.docker_host, s.engine_threads, s.engine_timeout_s)
+        self.image = s.image or default_image()
+        self._factory: ContainerFactory | None = None
+        self._background = Background()
+        self._live: dict[str, Container] = {}
+        self._languages: frozenset[str] = frozenset(s.runtimes)
+        self._max = Limits(
+            timeout_s=s.max_timeout_s,
+            memory_mb=s.max_memory_mb,
+            cpus=s.max_cpus,
+            pids=s.max_pids,
+            disk_mb=s.max_disk_mb,
+            output_bytes=s.max_output_bytes,
+        )
+        self.pool = Pool(
+            s.pool_size,
+            s.pool_max_age_s,
+            Shape.of(self.clamp(Limits())),
+            self._make,
+            self._dispose,
+            self._background,
+        )
+        self._reaper: asyncio.Task[None] | None = None
+
+    # --- SandboxBackend ------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> Capabilities:
+        s = self.settings
+        return Capabilities(
+            languages=self._languages,
+            max_limits=self._max,
+            egress=False,
+            # Reported by the launcher (PID 1, after reaping every process) in its
+            # nonce-authenticated exit report; zero when there is none: best effort.
+            usage_accounting=True,
+            extra={
+                "runtime": s.runtime,
+                "image": self.image,
+                "seccomp": s.seccomp_profile
+                if s.seccomp_profile in ("bundled", "engine")
+                else "custom",
+                "user": s.user,
+                "pool_size": s.pool_size,
+            },
+        )
+
+    async def start(self) -> None:
+        self.pool.closing = False
+        s = self.settings
+        await self.engine.ping()
+        image_id = await self.engine.image_id(self.image)
+        launcher = await asyncio.to_thread(LAUNCHER_SOURCE.read_text)
+        seccomp = await asyncio.to_thread(self._seccomp_json)
+        self._factory = ContainerFactory(
+            s, self.engine, self.instance, self.name, image_id, launcher, seccomp
+        )
+        await self.reap_leftovers()
+        try:
+            await self._probe()
+        except BackendError:
+            await self.close()
+            raise
+        self._reaper = asyncio.ensure_future(self._reap_periodically())
+        self.pool.replenish()
+
+    async def health(self) -> Health:
+        try:
+            await self.engine.ping()
+        except BackendError as exc:
+            return Health(ok=False, detail=str(exc))
+        if self._factory is None:
+            return Health(ok=False, detail="backend not started")
+        if self.pool.fill_error and not self.pool.ready:
+            return Health(ok=False, detail=f"containers cannot be started: {self.pool.fill_error}")
+        return Health(
+            ok=True,
+            detail=f"engine reachable, {len(self._live)} running, {len(self.pool.ready)} ready",
+        )
+
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+            self._reaper = None
+        await self.pool.drain()
+        for container in list(self._live.values()):
+            container.stop.set()
+        for _ in range(1000):
+            if not self._live and not self.pool.filling and not self._background.tasks:
+                break
+            await asyncio.sleep(0.01)
+        await self.pool.drain()  # made while we waited
+        if self._factory is not None:
+            with contextlib.suppress(BackendError):
+                await reap(self.engine, self.instance, lambda name: False)
+        await self.engine.close()
+        # A closed backend can be started again: a new engine client.
+        s = self.settings
+        self.engine = Engine(s.docker_host, s.engine_threads, s.engine_timeout_s)
+        self._factory = None
+
+    async def run(self, spec: ExecSpec) -> ExecResult:
+        factory = self._require_factory()
+        if spec.language not in self._languages:
+            raise BackendError(f"{self.name} backend does not serve language {spec.language!r}")
+        spec = dataclasses.replace(spec, limits=self.clamp(spec.limits))
+        shape = Shape.of(spec.limits)
+        container = self.pool.take(shape)
+        if container is None:
+            container = await factory.make(shape, spec.execution_id)
+        self._live[container.name] = container
+        try:
+            outcome = await factory.execute(container, spec)
+            return await factory.finish(container, spec, outcome)
+        finally:
+            # Nothing of the program runs in it any more (or its forced removal kills
+            # it): removal goes on in the background, tracked, and survives this
+            # request's cancellation; the reaper is the backstop.
+            self._background.start(factory.dispose(container))
+            self._live.pop(container.name, None)
+            self.pool.replenish()
+
+    # --- pool, reaper, probe ---------------------------------------------------------
+
+    @property
+    def ready_sandboxes(self) -> frozenset[str]:
+        return self.pool.ready
+
+    async def wait_settled(self, timeout_s: float = 30.0) -> None:
+        """Wait until no container is being made or removed in the background."""
+        await self._background.settle(timeout_s)
+
+    async def own_containers(self) -> set[str]:
+        """Names of the containers the engine has for this instance (any state)."""
+        found = await self.engine.containers(f"execgate.instance={self.instance.id}")
+        return {(c.get("Names") or ["?"])[0].lstrip("/") for c in found}
+
+    def _require_factory(self) -> ContainerFactory:
+        if self._factory is None:
+            raise BackendError(f"{self.name} backend used before start()")
+        return self._factory
+
+    def _owned(self, name: str) -> bool:
+        return self._factory is not None and name in self._factory.tracked
+
+    async def _make(self, shape: Shape) -> Container:
+        return await self._require_factory().make(shape)
+
+    async def _dispose(self, container: Container) -> None:
+        await self._require_factory().dispose(container)
+
+    async def reap_leftovers(self) -> list[str]:
+        """Remove containers of dead gateways and this one's own untracked leftovers."""
+        return await reap(self.engine, self.instance, self._owned)
+
+    async def _reap_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reap_interval_s)
+            try:
+                await self.reap_leftovers()
+            except BackendError as exc:
+                log.warning("docker: reaper: %s", exc)
+
+    async def _probe(self) -> None:
+        factory = self._require_factory()
+        argv0s = sorted({r.argv[0] for r in self.settings.runtimes.values()})
+        spec = ExecSpec(
+            execution_id="probe",
+            language="python",
+            code=PROBE.replace("ARGV0S", repr(argv0s)),
+            limits=self.clamp(Limits(timeout_s=30, memory_mb=128, pids=16, disk_mb=1)),
+        )
+        shape = Shape.of(spec.limits)
+        container = await factory.make(shape, "probe")
+        try:
+            if "python" not in self.settings.runtimes:
+                raise BackendError("the probe needs the python runtime")
+            result = await factory.finish(container, spec, await factory.execute(container, spec))
+            state = await self.engine.state(container.id)
+        finally:
+            await factory.dispose(container)
+        if result.status != Status.OK:
+            detail = result.stderr.decode(errors="replace")[-500:]
+            raise BackendError(f"{self.name} probe ended {result.status}: {detail}")
+        found: dict[str, Any] = json.loads(result.stdout)
+        present = set(found["present"])
+        self._languages = frozenset(
+            lang for lang, rt in self.settings.runtimes.items() if rt.argv[0] in present
+        )
+        await self.verify_runtime(found, state)
+
+    async def verify_runtime(self, probe: dict[str, Any], state: dict[str, Any]) -> None:
+        """Check that the sandbox ran where it should (the gVisor backend insists)."""
+        if state.get("Runtime") not in (self.settings.runtime, None):
+            raise BackendError(f"the engine ran the probe with runtime {state.get('Runtime')!r}")
+
+    # --- helpers -----------------------------------------------------------------
+
+    def _seccomp_json(self) -> str:
+        """The profile the engine is given ("" for its own default); blocking."""
+        choice = self.settings.seccomp_profile
+        if choice == "engine":
+            return ""
+        try:
+            if choice == "bundled":
+                return json.dumps(bundled_profile(), separators=(",", ":"))
+            return json.dumps(json.loads(Path(choice).read_text()), separators=(",", ":"))
+        except (OSError, ValueError) as exc:
+            raise BackendError(f"seccomp profile {choice}: {exc}") from exc
+
+    def clamp(self, limits: Limits) -> Limits:
+        m = self._max
+        return Limits(
+            timeout_s=min(max(limits.timeout_s, 0.001), m.timeout_s),
+            memory_mb=min(max(limits.memory_mb, MIN_MEMORY_MB), m.memory_mb),
+            cpus=min(max(limits.cpus, 0.01), m.cpus),
+            pids=min(max(limits.pids, 1), m.pids),
+            disk_mb=min(max(limits.disk_mb, 1), m.disk_mb),
+            output_bytes=min(max(limits.output_bytes, 0), m.output_bytes),
+        )

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Start a Docker engine fit for execgate's `docker` and `docker-gvisor` backends, as root.
+#
+#   deploy/docker/start-dockerd.sh          # idempotent: reuses a running engine
+#
+# - registers gVisor's runsc as the runtime "runsc", with --network=none in its runtime
+#   args (runsc refuses Docker's `none` network otherwise), merged into
+#   /etc/docker/daemon.json without touching the other keys;
+# - starts dockerd in the background with no bridge and no iptables rules: sandboxes
+#   have no network at all, so the engine needs none, and the host firewall is left as
+#   it is; its log goes to $EXECGATE_DOCKERD_LOG (default /var/log/execgate-dockerd.log);
+# - waits until `docker info` answers (at most $EXECGATE_DOCKERD_WAIT_S, default 60 s).
+#
+# An engine that is already running only has its configuration reloaded (SIGHUP:
+# runtimes are reloadable), so a developer's own dockerd keeps its other settings.
+set -euo pipefail
+
+LOG=${EXECGATE_DOCKERD_LOG:-/var/log/execgate-dockerd.log}
+WAIT_S=${EXECGATE_DOCKERD_WAIT_S:-60}
+CONFIG=${EXECGATE_DOCKERD_CONFIG:-/etc/docker/daemon.json}
+
+command -v dockerd >/dev/null || { echo "dockerd not found: apt-get install docker.io" >&2; exit 1; }
+RUNSC=$(command -v runsc || true)
+
+changed=0
+if [ -n "$RUNSC" ]; then
+  mkdir -p "$(dirname "$CONFIG")"
+  # Merge: keep every key the file has, set only runtimes.runsc.
+  changed=$(python3 - "$CONFIG" "$RUNSC" <<'EOF'
+import json, os, sys
+path, runsc = sys.argv[1], sys.argv[2]
+try:
+    with open(path) as f:
+        config = json.load(f)
+except FileNotFoundError:
+    config = {}
+want = {"path": runsc, "runtimeArgs": ["--network=none"]}
+if config.get("runtimes", {}).get("runsc") == want:
+    print(0)
+else:
+    config.setdefault("runtimes", {})["runsc"] = want
+    tmp = path + ".execgate-tmp"
+    with open(tmp, "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+    print(1)
+EOF
+)
+else
+  echo "runsc not found (apt-get install runsc): the docker-gvisor backend will refuse to start" >&2
+fi
+
+if docker info >/dev/null 2>&1; then
+  if [ "$changed" = 1 ]; then
+    echo "dockerd is running: reloading its configuration ($CONFIG)"
+    kill -HUP "$(cat /var/run/docker.pid)"
+    sleep 1
+  fi
+else
+  echo "starting dockerd (log: $LOG)"
+  mkdir -p "$(dirname "$LOG")"
+  # setsid + nohup: the engine outlives this script (and CI's shell).
+  setsid nohup dockerd --bridge=none --iptables=false --ip-masq=false \
+    --config-file "$CONFIG" >>"$LOG" 2>&1 </dev/null &
+  for _ in $(seq "$((WAIT_S * 4))"); do
+    docker info >/dev/null 2>&1 && break
+    sleep 0.25
+  done
+  if ! docker info >/dev/null 2>&1; then
+    echo "dockerd did not answer within ${WAIT_S}s; last lines of $LOG:" >&2
+    tail -20 "$LOG" >&2
+    exit 1
+  fi
+fi
+docker info --format 'docker {{.ServerVersion}}, runtimes: {{range $k, $v := .Runtimes}}{{$k}} {{end}}, cgroup v{{.CgroupVersion}}'

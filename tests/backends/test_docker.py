@@ -1,0 +1,153 @@
+"""The docker backend for real (runc): the conformance suite plus hostile programs.
+
+Needs a running engine and the sandbox image (`deploy/docker/start-dockerd.sh`,
+`make images`); CI provides both, elsewhere the tests skip. One backend serves the
+whole module (starting one costs a probe container); every hostile test checks the
+engine afterwards: no container of this backend instance is left but those waiting
+in its pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+import pytest_asyncio
+
+from backends.base import BackendError, ExecSpec, Limits, Status
+from backends.docker import DockerBackend
+from backends.docker_settings import DockerSettings
+from tests.backends.conformance import BackendConformance, lines, run
+from tests.backends.conftest import assert_docker_host_clean, start_docker_backend
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def backend() -> AsyncIterator[DockerBackend]:
+    backend = await start_docker_backend(DockerBackend(DockerSettings()))
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+@pytest.fixture
+def residue_check(backend: DockerBackend) -> Callable[[], Awaitable[None]]:
+    return lambda: assert_docker_host_clean(backend)
+
+
+class TestDockerConformance(BackendConformance):
+    pass
+
+
+# --- hostile programs --------------------------------------------------------------
+
+
+async def test_fork_bomb(backend: DockerBackend) -> None:
+    result = await run(backend, "bash", ":(){ :|:& };:\nsleep 5", timeout_s=1.5, pids=32)
+    assert result.status == Status.TIMEOUT
+    assert any(e.kind == "deadline" for e in result.events)
+    await assert_docker_host_clean(backend)
+
+
+async def test_memory_bomb(backend: DockerBackend) -> None:
+    code = "import os\nx = []\nwhile True:\n    x.append(os.urandom(1) * (16 << 20))"
+    result = await run(backend, "python", code, memory_mb=48)
+    assert result.status == Status.OOM
+    assert any(e.kind == "oom" for e in result.events)
+    await assert_docker_host_clean(backend)
+
+
+async def test_output_flood_on_both_streams(backend: DockerBackend) -> None:
+    result = await run(backend, "bash", "yes out &\nyes err >&2", output_bytes=64 * 1024)
+    assert result.status == Status.OUTPUT_LIMIT
+    assert len(result.stdout) + len(result.stderr) == 64 * 1024
+    assert any(e.kind == "output_limit" for e in result.events)
+    await assert_docker_host_clean(backend)
+
+
+async def test_disk_fill(backend: DockerBackend) -> None:
+    code = "cat /dev/zero > /workspace/fill\ncat /dev/zero > /tmp/fill\ndf -k /workspace | tail -1"
+    result = await run(backend, "bash", code, disk_mb=4)
+    assert result.status == Status.OK, result.stderr
+    assert b"No space left on device" in result.stderr
+    assert any(e.kind == "disk_limit" for e in result.events)
+    assert all(f.size <= 4 << 20 for f in result.files)
+    await assert_docker_host_clean(backend)
+
+
+async def test_init_cannot_be_killed_or_read(backend: DockerBackend) -> None:
+    # The launcher (PID 1) carries the frames; the program may neither kill it nor
+    # reach its descriptors (it is not dumpable).
+    code = (
+        "import os, signal\n"
+        "for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP):\n"
+        "    try: os.kill(1, sig)\n"
+        "    except OSError as e: print('kill', e.errno)\n"
+        "for p in ('/proc/1/fd/1', '/proc/1/environ', '/proc/1/mem'):\n"
+        "    try: open(p, 'rb').read(1); print('read', p)\n"
+        "    except OSError as e: print('no', e.errno)\n"
+        "print('alive')\n"
+    )
+    result = await run(backend, "python", code)
+    assert result.status == Status.OK, result.stderr
+    assert b"read" not in result.stdout
+    assert lines(result)[-1] == "alive"
+
+
+async def test_orphans_and_daemons_die(backend: DockerBackend) -> None:
+    code = (
+        "import os, subprocess, time\n"
+        "subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+        "if os.fork() == 0:\n"
+        "    if os.fork() == 0:\n"
+        "        os.setsid()\n"
+        "        time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "print('parent exits')\n"
+    )
+    result = await run(backend, "python", code)
+    assert result.status == Status.OK
+    await assert_docker_host_clean(backend)
+
+
+async def test_binary_stdin_and_files_pass_untouched(backend: DockerBackend) -> None:
+    # Every byte value, including the terminal's detach keys (ctrl-p ctrl-q).
+    blob = bytes(range(256)) * 64 + b"\x10\x11"
+    code = "import sys\nsys.stdout.buffer.write(sys.stdin.buffer.read()[::-1])"
+    result = await run(backend, "python", code, stdin=blob)
+    assert result.status == Status.OK, result.stderr
+    assert result.stdout == blob[::-1]
+
+
+async def test_cancelled_run_leaves_nothing(backend: DockerBackend) -> None:
+    task = asyncio.ensure_future(run(backend, "bash", "sleep 30 & sleep 30"))
+    await asyncio.sleep(0.5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await assert_docker_host_clean(backend)
+
+
+async def test_unknown_language_is_backend_error(backend: DockerBackend) -> None:
+    spec = ExecSpec(execution_id="exe_x", language="cobol", code="", limits=Limits())
+    with pytest.raises(BackendError, match="does not serve"):
+        await backend.run(spec)
+
+
+async def test_health_and_capabilities(backend: DockerBackend) -> None:
+    health = await backend.health()
+    assert health.ok, health.detail
+    assert "engine reachable" in health.detail
+    caps = backend.capabilities
+    assert caps.languages == {"python", "bash", "javascript"}
+    assert caps.usage_accounting and not caps.egress
+    assert caps.extra["runtime"] == "runc"
+
+
+async def test_limits_are_clamped_to_the_backend_maximum(backend: DockerBackend) -> None:
+    clamped = backend.clamp(Limits(timeout_s=1e6, memory_mb=10**9, cpus=999, pids=10**6,
+                                   disk_mb=10**9, output_bytes=10**12))  # fmt: skip
+    assert clamped == backend.capabilities.max_limits
