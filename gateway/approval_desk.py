@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 
@@ -23,13 +23,12 @@ from gateway.approval_tokens import ApprovalGrant, ApprovalSigner, load_or_creat
 from gateway.approvals import Approval, ApprovalRecords, DecisionWord, iso
 from gateway.audit import AuditLog
 from gateway.context import ExecContext, new_id
+from gateway.decoders import decode_json_body
 from gateway.errors import GatewayError
 from gateway.executions import ExecutionStore
 from gateway.settings import ApprovalsSettings
+from gateway.tokens import Principal
 from gateway.webhooks import headers_for, load_secret
-
-if TYPE_CHECKING:
-    from gateway.tokens import Principal
 
 log = logging.getLogger(__name__)
 
@@ -259,9 +258,6 @@ class ApprovalDesk:
 
     async def run_held(self, approval: Approval, token: str) -> None:
         """Run the held request once, as its requester, through the whole pipeline."""
-        from gateway.ingress.rest import decode_json_body
-        from gateway.tokens import Principal
-
         assert self._runner is not None
         p = approval.principal
         principal: Principal = Principal(p["sub"], p["tenant"], frozenset(p["scopes"]), p["claims"])

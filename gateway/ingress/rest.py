@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 from aiohttp import web
 
 from gateway import errors
 from gateway.appkeys import PIPELINE, SERVICES
 from gateway.context import ExecContext, new_id
+from gateway.decoders import decode_json_body
 from gateway.errors import GatewayError, invalid_field
-from gateway.models import ExecutionRequest
 from gateway.stages.auth import verify_bearer
 from gateway.tokens import Principal
 
@@ -23,23 +21,6 @@ def bearer_token(request: web.Request) -> str | None:
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
-
-
-def decode_json_body(ctx: ExecContext) -> ExecutionRequest:
-    """The REST body: UTF-8 JSON object validated by ExecutionRequest."""
-    raw = ctx.payload
-    assert isinstance(raw, bytes)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise invalid_field("body", f"not UTF-8 at byte {exc.start}") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise invalid_field("body", f"malformed JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise invalid_field("body", "must be a JSON object")
-    return ExecutionRequest.model_validate(data)
 
 
 async def read_body(request: web.Request) -> bytes:

@@ -19,9 +19,9 @@ from gateway.approval_desk import ApprovalDesk
 from gateway.approvals import ApprovalStore
 from gateway.audit import AuditLog
 from gateway.context import ExecContext
+from gateway.decoders import decode_json_body
 from gateway.errors import GatewayError
 from gateway.executions import ExecutionStore
-from gateway.ingress.rest import decode_json_body
 from gateway.pipeline import STAGES, Pipeline
 from gateway.policy.base import EngineAnswer, PolicyEngineError
 from gateway.services import Services
