@@ -77,7 +77,7 @@ async def decide(request: web.Request) -> web.Response:
         except SignatureError as exc:
             raise GatewayError(errors.UNAUTHENTICATED, f"callback signature: {exc}") from None
         decision = _parse(body)
-        approver, via, tenant_ok = decision.approver or "webhook", "callback", True
+        approver, via = decision.approver or "webhook", "callback"
         approval = await desk.store.get(approval_id)
     else:
         principal = await authenticated(request)
