@@ -34,6 +34,7 @@ from backends.base import (
     SandboxBackend,
     Status,
 )
+from backends.ceilings import clamp as clamp_limits
 from backends.docker_config import LAUNCHER_SOURCE, Shape
 from backends.docker_engine import Engine
 from backends.docker_image import default_image
@@ -45,7 +46,6 @@ from backends.docker_settings import DockerSettings
 
 log = logging.getLogger(__name__)
 
-MIN_MEMORY_MB = 16
 # Run once at start-up in a real sandbox: which runtimes the image has, and what
 # kernel the sandbox sees (the gVisor backend's proof that runsc is in use).
 PROBE = """
@@ -57,6 +57,10 @@ print(json.dumps({
     "present": [p for p in ARGV0S if os.access(p, os.X_OK)],
     "release": platform.release(),
     "kernel_log": buf.raw[:max(n, 0)].decode(errors="replace"),
+    "root_fs": next((l.split(" - ")[1] for l in open("/proc/self/mountinfo")
+                     if l.split()[4] == "/"), ""),
+    "seccomp": dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines()
+                    if ":\t" in l).get("Seccomp", ""),
 }))
 """
 
@@ -75,14 +79,7 @@ class DockerBackend(SandboxBackend):
         self._background = Background()
         self._live: dict[str, Container] = {}
         self._languages: frozenset[str] = frozenset(s.runtimes)
-        self._max = Limits(
-            timeout_s=s.max_timeout_s,
-            memory_mb=s.max_memory_mb,
-            cpus=s.max_cpus,
-            pids=s.max_pids,
-            disk_mb=s.max_disk_mb,
-            output_bytes=s.max_output_bytes,
-        )
+        self._max = s.max_limits()
         self.pool = Pool(
             s.pool_size,
             s.pool_max_age_s,
@@ -261,6 +258,12 @@ class DockerBackend(SandboxBackend):
             lang for lang, rt in self.settings.runtimes.items() if rt.argv[0] in present
         )
         await self.verify_runtime(found, state)
+        # A runtime may ignore the profile it was given (runsc without --oci-seccomp).
+        if found.get("seccomp") != "2":
+            raise BackendError(
+                f"{self.name}: the sandbox runs without a seccomp filter"
+                f" (Seccomp: {found.get('seccomp')!r}); for runsc add --oci-seccomp"
+            )
 
     async def verify_runtime(self, probe: dict[str, Any], state: dict[str, Any]) -> None:
         """Check that the sandbox ran where it should (the gVisor backend insists)."""
@@ -282,12 +285,4 @@ class DockerBackend(SandboxBackend):
             raise BackendError(f"seccomp profile {choice}: {exc}") from exc
 
     def clamp(self, limits: Limits) -> Limits:
-        m = self._max
-        return Limits(
-            timeout_s=min(max(limits.timeout_s, 0.001), m.timeout_s),
-            memory_mb=min(max(limits.memory_mb, MIN_MEMORY_MB), m.memory_mb),
-            cpus=min(max(limits.cpus, 0.01), m.cpus),
-            pids=min(max(limits.pids, 1), m.pids),
-            disk_mb=min(max(limits.disk_mb, 1), m.disk_mb),
-            output_bytes=min(max(limits.output_bytes, 0), m.output_bytes),
-        )
+        return clamp_limits(limits, self._max)

