@@ -193,6 +193,11 @@ class DockerBackend(SandboxBackend):
     # --- pool, reaper, probe ---------------------------------------------------------
 
     @property
+    def running_sandboxes(self) -> frozenset[str]:
+        """Names of the sandboxes running an execution right now."""
+        return frozenset(self._live)
+
+    @property
     def ready_sandboxes(self) -> frozenset[str]:
         return self.pool.ready
 

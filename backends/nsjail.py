@@ -187,6 +187,11 @@ class NsjailBackend(SandboxBackend):
     # --- the pool of sandboxes made ahead ---------------------------------------------
 
     @property
+    def running_sandboxes(self) -> frozenset[str]:
+        """Names of the sandboxes running an execution right now."""
+        return frozenset(self._live)
+
+    @property
     def ready_sandboxes(self) -> frozenset[str]:
         """Names of the sandboxes made ahead and waiting for a request."""
         return frozenset(sandbox.name for sandbox in self._pool)

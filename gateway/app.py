@@ -20,7 +20,9 @@ from gateway.appkeys import PIPELINE, SERVICES, SETTINGS
 from gateway.approval_desk import ApprovalDesk
 from gateway.approvals import ApprovalStore
 from gateway.audit import AuditLog
+from gateway.escape.selftest import SelfTest
 from gateway.executions import ExecutionStore
+from gateway.ingress import admin as admin_api
 from gateway.ingress import approvals as approvals_api
 from gateway.ingress import audit as audit_api
 from gateway.ingress import rest, toolcalls
@@ -147,7 +149,12 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
         app[SERVICES] = services
         app[PIPELINE] = Pipeline(services)
         services.approvals.attach(app[PIPELINE].run)
-        yield
+        app[admin_api.SELFTEST] = selftest = SelfTest(services)
+        selftest.start()
+        try:
+            yield
+        finally:
+            await selftest.stop()
 
 
 def create_app(settings: Settings) -> web.Application:
@@ -163,4 +170,5 @@ def create_app(settings: Settings) -> web.Application:
     app.add_routes(audit_api.routes)
     app.add_routes(approvals_api.routes)
     app.add_routes(toolcalls.routes)
+    app.add_routes(admin_api.routes)
     return app

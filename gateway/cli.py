@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks, side by side in one run")
     bench.add_argument("--runs", type=int, default=50, help="samples per measurement")
     bench.add_argument("--json", dest="json_path", help="also write the results here")
+    escape = sub.add_parser("escape-test", help="run the escape suite against a backend")
+    escape.add_argument("--backend", required=True, help="a configured backend name")
+    escape.add_argument("--json", action="store_true", help="print the results as JSON")
     return parser
 
 
@@ -110,5 +113,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "audit": commands.audit,
         "approvals": commands.approvals,
         "bench": commands.bench,
+        "escape-test": commands.escape_test,
     }[args.command]
     return handler(args, settings)

@@ -226,3 +226,33 @@ def approvals(args: argparse.Namespace, settings: Settings) -> int:
     if answer.get("approval_token"):
         print(answer["approval_token"])
     return 0
+
+
+def escape_test(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the escape suite against a freshly started backend; non-zero if any escaped."""
+    import asyncio
+
+    from backends import backend_class
+    from gateway.escape.report import as_json, row, summary, table
+    from gateway.escape.runner import run_suite
+
+    key_file = str(Path(settings.auth.hs256_secret_file).absolute())
+
+    async def main() -> int:
+        backend = backend_class(args.backend)(settings.backend_settings(args.backend))
+        await backend.start()
+        try:
+            progress = None if args.json else (lambda f: print(row(f), file=sys.stderr))
+            result = await run_suite(
+                backend,
+                credential_files=(key_file,),
+                progress=progress,
+            )
+        finally:
+            await backend.close()
+        print(json.dumps(as_json(result), indent=2) if args.json else table(result))
+        if not args.json:
+            print(summary(result), file=sys.stderr)
+        return 1 if result.escaped else 0
+
+    return asyncio.run(main())

@@ -31,6 +31,9 @@ async def readyz(request: web.Request) -> web.Response:
     healths = await asyncio.gather(*(svc.backends[n].health() for n in names))
     for name, health in zip(names, healths, strict=True):
         checks[f"backend:{name}"] = {"ok": health.ok, "detail": health.detail}
+        held = svc.out_of_service.get(name)
+        if held:
+            checks[f"backend:{name}"] = {"ok": False, "detail": f"out of service: {held}"}
     checks["audit"] = {
         "ok": svc.audit.healthy,
         "detail": "" if svc.audit.healthy else "audit log not writable",

@@ -30,3 +30,5 @@ class Services:
     store: ExecutionStore
     approvals: ApprovalDesk
     metrics: Metrics = field(default_factory=Metrics)
+    # Backends the escape self-test took out of service: name -> why.
+    out_of_service: dict[str, str] = field(default_factory=dict)

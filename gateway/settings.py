@@ -152,6 +152,13 @@ class StateSettings(Section):
     redis_url: str = "redis://127.0.0.1:6379/0"
 
 
+class EscapeTestSettings(Section):
+    # Seconds between runs of the escape suite against the live backends (0: only
+    # on demand, POST /v1/admin/escape-test). A backend with an escape is taken
+    # out of service until an operator clears it.
+    interval_s: float = Field(0.0, ge=0)
+
+
 def _default_tenants() -> dict[str, TenantSettings]:
     return {"default": TenantSettings()}
 
@@ -168,6 +175,7 @@ class Settings(Section):
     egress: EgressSettings = EgressSettings()
     ingress: IngressSettings = IngressSettings()
     state: StateSettings = StateSettings()
+    escape_test: EscapeTestSettings = EscapeTestSettings()
 
     @field_validator("backends")
     @classmethod
@@ -223,6 +231,7 @@ _SECTIONS = {
     "egress": EgressSettings,
     "ingress": IngressSettings,
     "state": StateSettings,
+    "escape_test": EscapeTestSettings,
 }
 
 

@@ -4,7 +4,8 @@
 #   deploy/docker/start-dockerd.sh          # idempotent: reuses a running engine
 #
 # - registers gVisor's runsc as the runtime "runsc", with --network=none in its runtime
-#   args (runsc refuses Docker's `none` network otherwise), merged into
+#   args (runsc refuses Docker's `none` network otherwise) and --oci-seccomp (without
+#   it runsc ignores the container's seccomp profile: found by the escape suite), merged into
 #   /etc/docker/daemon.json without touching the other keys;
 # - starts dockerd in the background with no bridge and no iptables rules: sandboxes
 #   have no network at all, so the engine needs none, and the host firewall is left as
@@ -34,7 +35,7 @@ try:
         config = json.load(f)
 except FileNotFoundError:
     config = {}
-want = {"path": runsc, "runtimeArgs": ["--network=none"]}
+want = {"path": runsc, "runtimeArgs": ["--network=none", "--oci-seccomp"]}
 if config.get("runtimes", {}).get("runsc") == want:
     print(0)
 else:

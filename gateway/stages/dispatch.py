@@ -28,6 +28,11 @@ def build_spec(ctx: ExecContext) -> ExecSpec:
 async def dispatch(ctx: ExecContext, svc: Services) -> None:
     assert ctx.backend and ctx.limits and ctx.principal
     backend = svc.backends[ctx.backend]
+    held = svc.out_of_service.get(ctx.backend)
+    if held:
+        raise GatewayError(
+            errors.BACKEND_UNAVAILABLE, f"sandbox backend {ctx.backend} is out of service: {held}"
+        )
     spec = build_spec(ctx)
     # Durable before anything runs: an execution the log does not know of never happens.
     await svc.audit.append(

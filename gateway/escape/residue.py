@@ -1,0 +1,69 @@
+"""What a finished execution may not leave on the host, asked of each backend.
+
+nsjail: no process of the sandbox uid outside the sandboxes waiting in the pool
+or running an execution. docker (and docker-gvisor): no container of this backend
+instance but those waiting or running. A backend without such a notion has no residue check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from backends.base import SandboxBackend
+
+
+async def leftovers(backend: SandboxBackend) -> list[str]:
+    settle = getattr(backend, "wait_settled", None)
+    if settle is not None:
+        try:
+            await settle()
+        except TimeoutError:
+            return ["sandboxes still being made or disposed of after the wait"]
+    # Waiting in the pool, or running someone's execution (the self-test runs
+    # beside live traffic): neither is residue.
+    ready = getattr(backend, "ready_sandboxes", frozenset()) | getattr(
+        backend, "running_sandboxes", frozenset()
+    )
+    containers = getattr(backend, "own_containers", None)
+    if containers is not None:
+        extra = await containers() - set(ready)
+        return [f"container left behind: {name}" for name in sorted(extra)]
+    settings = getattr(backend, "settings", None)
+    uid = getattr(settings, "sandbox_uid", None)
+    prefix = getattr(backend, "instance_prefix", None)
+    if uid is None or prefix is None:
+        return []
+    parent = "/" + str(getattr(settings, "cgroup_parent", "execgate")).strip("/") + "/"
+    strays = await asyncio.to_thread(_processes_outside, uid, frozenset(ready), prefix, parent)
+    return [f"process {pid} ({name}) of the sandbox uid left behind" for pid, name in strays]
+
+
+def _processes_outside(
+    uid: int, keep: frozenset[str], prefix: str, parent: str
+) -> list[tuple[int, str]]:
+    """Processes of the sandbox uid in a finished sandbox of this instance, or in
+    no sandbox cgroup at all. Another gateway's sandboxes (same uid, own prefix)
+    are that gateway's business."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = Path(entry.path, "status").read_text()
+            cgroup = Path(entry.path, "cgroup").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if uid not in {int(u) for u in fields.get("Uid", "").split()}:
+            continue
+        paths = [line.split(":", 2)[-1] for line in cgroup.splitlines()]
+        names = {path.rsplit("/", 1)[-1] for path in paths}
+        if names & keep:
+            continue
+        ours = any(name.startswith(prefix) for name in names)
+        in_a_sandbox = any(parent in path + "/" for path in paths)
+        if ours or not in_a_sandbox:
+            found.append((int(entry.name), fields.get("Name", "").strip()))
+    return found

@@ -1,0 +1,117 @@
+"""A technique as data: what it tries, the probe program, how it is judged.
+
+A probe runs through the backend's `run()` (the path executions take) and prints
+one JSON line: {"escaped": bool, "detail": str} or {"na": reason}. The verdict
+is the probe's word combined with the host's evidence: a host check that failed
+(a canary touched, a host setting changed, a process left behind) is an escape
+whatever the probe said.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from backends.base import ExecResult, Limits, Status
+
+CATEGORIES = (
+    "posture", "host_files", "kernel", "privilege", "neighbours", "secrets",
+    "output", "network", "resources", "residue",
+)  # fmt: skip
+
+
+class Outcome(enum.StrEnum):
+    CONTAINED = "contained"
+    ESCAPED = "escaped"
+    NOT_APPLICABLE = "not_applicable"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    outcome: Outcome
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One program: `@@HOST@@` in its code is replaced by the host facts (JSON)."""
+
+    language: str
+    code: str
+    limits: Limits = field(default_factory=lambda: Limits(timeout_s=10.0))
+
+
+@dataclass(slots=True)
+class Evidence:
+    """What the runner saw: the results (probe, then follow-up) and host findings."""
+
+    results: list[ExecResult]
+    host_findings: list[str] = field(default_factory=list)
+    stalled: bool = False
+    host: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def result(self) -> ExecResult:
+        return self.results[0]
+
+    def report(self, index: int = -1) -> dict[str, Any] | None:
+        """The last JSON object the probe (default: the last one run) printed."""
+        for line in reversed(self.results[index].stdout.decode(errors="replace").splitlines()):
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    value = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(value, dict):
+                    return value
+        return None
+
+
+Judge = Callable[[Evidence], Verdict]
+
+
+def probe_says(evidence: Evidence) -> Verdict:
+    """The default judge: the probe's own report (the host findings come on top)."""
+    report = evidence.report()
+    if report is None:
+        result = evidence.results[-1]
+        tail = result.stderr.decode(errors="replace").strip()[-160:]
+        if result.status in (Status.OK, Status.ERROR):
+            # It ran to its end without a word: nothing was proven either way.
+            return Verdict(Outcome.NOT_APPLICABLE, f"the probe did not report: {tail}")
+        # Stopped (a seccomp kill, a limit) before it could do anything.
+        return Verdict(Outcome.CONTAINED, f"stopped ({result.status.value}): {tail}")
+    if "na" in report:
+        return Verdict(Outcome.NOT_APPLICABLE, str(report["na"]))
+    outcome = Outcome.ESCAPED if report.get("escaped") else Outcome.CONTAINED
+    return Verdict(outcome, str(report.get("detail", ""))[:300])
+
+
+@dataclass(frozen=True, slots=True)
+class Technique:
+    id: str
+    category: str
+    tries: str
+    probe: Probe
+    judge: Judge = probe_says
+    # Run after the probe (or at the same time if `concurrent`): residue checks.
+    followup: Probe | None = None
+    concurrent: bool = False
+
+    def __post_init__(self) -> None:
+        if self.category not in CATEGORIES:
+            raise ValueError(f"{self.id}: unknown category {self.category!r}")
+
+
+def python(code: str, **limits: Any) -> Probe:
+    from gateway.escape.prelude import PRELUDE
+
+    return Probe("python", PRELUDE + code, Limits(**{"timeout_s": 10.0, **limits}))
+
+
+def bash(code: str, **limits: Any) -> Probe:
+    return Probe("bash", code, Limits(**{"timeout_s": 10.0, **limits}))

@@ -1,0 +1,58 @@
+"""The suite against every backend, as CI runs it: nothing may escape.
+
+One full run per backend, with the summary line printed to the terminal. The
+backends are the production ones, built from default settings (nsjail with a
+test-private state directory and uid)."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.docker import DockerBackend
+from backends.docker_settings import DockerSettings, GvisorSettings
+from backends.gvisor import GvisorBackend
+from backends.nsjail import NsjailBackend
+from backends.nsjail_settings import NsjailSettings
+from gateway.escape.catalog import techniques
+from gateway.escape.report import row, summary
+from gateway.escape.runner import SuiteResult, run_suite
+from tests.backends.conftest import start_docker_backend
+
+pytestmark = pytest.mark.integration
+
+
+def assert_nothing_escaped(result: SuiteResult, capsys: pytest.CaptureFixture[str]) -> None:
+    with capsys.disabled():
+        print("\n" + summary(result))
+    assert len(result.findings) == len(techniques())
+    assert result.escaped == [], "\n".join(row(f) for f in result.escaped)
+
+
+async def test_nsjail_contains_every_technique(
+    escape_nsjail_settings: NsjailSettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    backend = NsjailBackend(escape_nsjail_settings)
+    await backend.start()
+    try:
+        result = await run_suite(backend)
+    finally:
+        await backend.close()
+    assert_nothing_escaped(result, capsys)
+
+
+@pytest.mark.parametrize(
+    "backend_class, settings",
+    [(DockerBackend, DockerSettings()), (GvisorBackend, GvisorSettings())],
+    ids=["docker", "docker-gvisor"],
+)
+async def test_docker_backends_contain_every_technique(
+    backend_class: type[DockerBackend],
+    settings: DockerSettings,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    backend = await start_docker_backend(backend_class(settings))
+    try:
+        result = await run_suite(backend)
+    finally:
+        await backend.close()
+    assert_nothing_escaped(result, capsys)
