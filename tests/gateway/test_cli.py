@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import jwt
@@ -100,59 +101,57 @@ async def test_audit_tail_filters(settings: Settings) -> None:
     assert [r["execution_id"] for r in records] == ["exe_2"]
 
 
-@pytest.mark.integration
-async def test_exec_prints_output_and_exits_with_the_code_status(
-    settings: Settings, tmp_path: Path
-) -> None:
+@pytest.fixture
+async def gateway_env(settings: Settings) -> AsyncIterator[dict[str, str]]:
+    """A real gateway on loopback, and the environment a CLI needs to talk to it."""
     server = TestServer(create_app(settings), host="127.0.0.1")
     await server.start_server()
+    env = {k: v for k, v in cli_env(settings).items() if k != "EXECGATE_BACKENDS_DEFAULT"}
+    env["EXECGATE_URL"] = str(server.make_url("/"))
+    env["EXECGATE_STATE_PATH"] = settings.state.path
+    env["EXECGATE_APPROVALS_SIGNING_KEY_FILE"] = settings.approvals.signing_key_file
     try:
-        env = {k: v for k, v in cli_env(settings).items() if k != "EXECGATE_BACKENDS_DEFAULT"}
-        env["EXECGATE_URL"] = str(server.make_url("/"))
-        env["EXECGATE_STATE_PATH"] = settings.state.path
-        script = tmp_path / "script.sh"
-        script.write_text("echo hello; echo oops >&2; exit 3\n")
-        code, out, err = await run_cli("exec", "--lang", "bash", str(script), env=env)
-        assert (code, out, err) == (3, "hello\n", "oops\n")
-        code, out, _ = await run_cli(
-            "exec", "--lang", "python", "-", env=env, stdin=b"print(2+2)\n"
-        )
-        assert (code, out) == (0, "4\n")
-        code, _, err = await run_cli(
-            "exec", "--lang", "python", "--token", "bad", "-", env=env, stdin=b"print(1)"
-        )
-        assert code == 125 and "unauthenticated" in err
+        yield env
     finally:
         await server.close()
+
+
+@pytest.mark.integration
+async def test_exec_prints_output_and_exits_with_the_code_status(
+    gateway_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = gateway_env
+    script = tmp_path / "script.sh"
+    script.write_text("echo hello; echo oops >&2; exit 3\n")
+    code, out, err = await run_cli("exec", "--lang", "bash", str(script), env=env)
+    assert (code, out, err) == (3, "hello\n", "oops\n")
+    code, out, _ = await run_cli("exec", "--lang", "python", "-", env=env, stdin=b"print(2+2)\n")
+    assert (code, out) == (0, "4\n")
+    code, _, err = await run_cli(
+        "exec", "--lang", "python", "--token", "bad", "-", env=env, stdin=b"print(1)"
+    )
+    assert code == 125 and "unauthenticated" in err
 
 
 @pytest.mark.integration
 async def test_held_exec_waits_for_an_approval_given_on_the_cli(
-    settings: Settings, tmp_path: Path
+    gateway_env: dict[str, str],
 ) -> None:
-    server = TestServer(create_app(settings), host="127.0.0.1")
-    await server.start_server()
-    try:
-        env = {k: v for k, v in cli_env(settings).items() if k != "EXECGATE_BACKENDS_DEFAULT"}
-        env["EXECGATE_URL"] = str(server.make_url("/"))
-        env["EXECGATE_STATE_PATH"] = settings.state.path
-        env["EXECGATE_APPROVALS_SIGNING_KEY_FILE"] = settings.approvals.signing_key_file
-        code = b"import ctypes\nprint('native', ctypes.sizeof(ctypes.c_long))\n"
-        held = asyncio.ensure_future(run_cli("exec", "--lang", "python", "-", env=env, stdin=code))
-        listing = ""
-        for _ in range(100):
-            rc, listing, err = await run_cli("approvals", "list", "--json", env=env)
-            assert rc == 0, err
-            if json.loads(listing):
-                break
-            await asyncio.sleep(0.1)
-        (pending,) = json.loads(listing)
-        rc, out, err = await run_cli(
-            "approvals", "approve", pending["approval_id"], "--reason", "ok", env=env
-        )
-        assert rc == 0 and "approved" in out, err
-        rc, out, err = await asyncio.wait_for(held, 60)
-        assert (rc, out) == (0, "native 8\n"), err
-        assert "held for approval" in err
-    finally:
-        await server.close()
+    env = gateway_env
+    code = b"import ctypes\nprint('native', ctypes.sizeof(ctypes.c_long))\n"
+    held = asyncio.ensure_future(run_cli("exec", "--lang", "python", "-", env=env, stdin=code))
+    listing = ""
+    for _ in range(100):
+        rc, listing, err = await run_cli("approvals", "list", "--json", env=env)
+        assert rc == 0, err
+        if json.loads(listing):
+            break
+        await asyncio.sleep(0.1)
+    (pending,) = json.loads(listing)
+    rc, out, err = await run_cli(
+        "approvals", "approve", pending["approval_id"], "--reason", "ok", env=env
+    )
+    assert rc == 0 and "approved" in out, err
+    rc, out, err = await asyncio.wait_for(held, 60)
+    assert (rc, out) == (0, "native 8\n"), err
+    assert "held for approval" in err
