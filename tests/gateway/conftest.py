@@ -14,16 +14,14 @@ from aiohttp.test_utils import TestClient
 from gateway.app import create_app
 from gateway.settings import Settings, load_settings
 from gateway.tokens import mint_token
+from tests.components import missing_component
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def require_root() -> None:
     if os.geteuid() != 0:
-        message = "the nsjail backend needs root (cgroups, tmpfs, uid maps)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing_component("the nsjail backend needs root (cgroups, tmpfs, uid maps)")
 
 
 def make_settings(root: Path, **env: str) -> Settings:

@@ -13,9 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
-
 from gateway.policy.opa_local import REPO, LocalOpa, free_port
+from tests.components import missing_component
 
 POLICIES = REPO / "policies"
 OpaServer = LocalOpa
@@ -31,7 +30,4 @@ def find_opa() -> str:
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
             return candidate
-    message = "the opa binary is needed (set EXECGATE_OPA_BIN or put opa on PATH)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    missing_component("the opa binary is needed (set EXECGATE_OPA_BIN or put opa on PATH)")
