@@ -10,7 +10,7 @@ OPA_DIR     ?= $(HOME)/.cache/execgate/opa/$(OPA_VERSION)
 OPA         := $(OPA_DIR)/opa
 export EXECGATE_OPA_BIN := $(OPA)
 
-.PHONY: run test lint fmt bench venv opa opa-run images clean
+.PHONY: run test lint fmt bench load venv opa opa-run images gateway-image clean
 
 venv: $(STAMP)
 
@@ -36,6 +36,11 @@ opa-run: $(STAMP) $(OPA)
 images:
 	bash backends/images/sandbox/build.sh
 
+# The gateway image (deploy/gateway/Dockerfile) from the local sandbox image, tagged by
+# the hash of its inputs; BASE_IMAGE=python:3.11-slim where a registry is reachable.
+gateway-image: $(STAMP)
+	PYTHON=$(BIN)/python bash deploy/gateway/build.sh
+
 run: $(STAMP)
 	$(BIN)/execgate serve
 
@@ -57,6 +62,10 @@ fmt: $(STAMP)
 
 bench: $(STAMP) $(OPA)
 	$(BIN)/execgate bench
+
+# 10,000 requests from 5 tenants at concurrency 64 against a real gateway (nsjail, root).
+load: $(STAMP)
+	$(BIN)/execgate load --json var/load.json
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -60,6 +60,15 @@ class OutputFile:
 
 
 @dataclass(frozen=True, slots=True)
+class Credential:
+    """A tenant's secret the egress proxy adds to requests for one destination."""
+
+    destination: str  # host:port, exact
+    header: str
+    value: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class ExecSpec:
     """Everything a backend needs to run one piece of code once."""
 
@@ -71,6 +80,8 @@ class ExecSpec:
     files: tuple[InputFile, ...] = ()
     # Destinations the decision allowed; empty means no network at all.
     egress: tuple[str, ...] = ()
+    # Secrets the proxy adds on the way out; never given to the sandbox.
+    credentials: tuple[Credential, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +99,18 @@ class SandboxEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class NetworkAttempt:
+    """One thing the code tried on the network, and what the gateway did."""
+
+    kind: str  # "dns", "connect", "http", "tcp", "udp"
+    host: str
+    port: int
+    verdict: str  # "allowed" or "blocked"
+    rule: str  # the egress entry that allowed it, or why it was blocked
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ExecResult:
     status: Status
     exit_code: int | None
@@ -99,6 +122,7 @@ class ExecResult:
     usage: Usage
     files: tuple[OutputFile, ...] = ()
     events: tuple[SandboxEvent, ...] = ()
+    network: tuple[NetworkAttempt, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,9 @@ from backends.base import (
     ExecSpec,
     Health,
     Limits,
+    NetworkAttempt,
     SandboxBackend,
+    SandboxEvent,
     Status,
 )
 from backends.ceilings import clamp as clamp_limits
@@ -40,7 +42,7 @@ from backends.docker_engine import Engine
 from backends.docker_image import default_image
 from backends.docker_pool import Background, Pool
 from backends.docker_reaper import Instance, reap
-from backends.docker_sandbox import Container, ContainerFactory
+from backends.docker_sandbox import HOLDER_SUFFIX, Container, ContainerFactory
 from backends.docker_seccomp import bundled_profile
 from backends.docker_settings import DockerSettings
 
@@ -68,6 +70,8 @@ print(json.dumps({
 class DockerBackend(SandboxBackend):
     name = "docker"
     Settings = DockerSettings
+    # The gateway furnishes each container's network namespace (backends/egress/).
+    network_boundary = True
 
     def __init__(self, settings: DockerSettings | None = None) -> None:
         self.settings = settings or self.Settings()
@@ -98,7 +102,7 @@ class DockerBackend(SandboxBackend):
         return Capabilities(
             languages=self._languages,
             max_limits=self._max,
-            egress=False,
+            egress=self.network_boundary,
             # Reported by the launcher (PID 1, after reaping every process) in its
             # nonce-authenticated exit report; zero when there is none: best effort.
             usage_accounting=True,
@@ -121,8 +125,9 @@ class DockerBackend(SandboxBackend):
         launcher = await asyncio.to_thread(LAUNCHER_SOURCE.read_text)
         seccomp = await asyncio.to_thread(self._seccomp_json)
         self._factory = ContainerFactory(
-            s, self.engine, self.instance, self.name, image_id, launcher, seccomp
-        )
+            s, self.engine, self.instance, self.name, image_id, launcher, seccomp,
+            boundary=self.network_boundary, holder_runtime=self.holder_runtime(),
+        )  # fmt: skip
         await self.reap_leftovers()
         try:
             await self._probe()
@@ -181,7 +186,14 @@ class DockerBackend(SandboxBackend):
         self._live[container.name] = container
         try:
             outcome = await factory.execute(container, spec)
-            return await factory.finish(container, spec, outcome)
+            network: tuple[NetworkAttempt, ...] = ()
+            network_events: tuple[SandboxEvent, ...] = ()
+            if container.egress is not None:
+                network, network_events = await container.egress.finish()
+            result = await factory.finish(container, spec, outcome)
+            return dataclasses.replace(
+                result, network=network, events=result.events + network_events
+            )
         finally:
             # Nothing of the program runs in it any more (or its forced removal kills
             # it): removal goes on in the background, tracked, and survives this
@@ -206,9 +218,12 @@ class DockerBackend(SandboxBackend):
         await self._background.settle(timeout_s)
 
     async def own_containers(self) -> set[str]:
-        """Names of the containers the engine has for this instance (any state)."""
+        """Names of the containers the engine has for this instance (any state); a
+        gVisor sandbox's holder (NAME-net) counts as its sandbox, so one left behind
+        on its own is still reported."""
         found = await self.engine.containers(f"execgate.instance={self.instance.id}")
-        return {(c.get("Names") or ["?"])[0].lstrip("/") for c in found}
+        names = ((c.get("Names") or ["?"])[0].lstrip("/") for c in found)
+        return {name.removesuffix(HOLDER_SUFFIX) for name in names}
 
     def _require_factory(self) -> ContainerFactory:
         if self._factory is None:
@@ -269,6 +284,11 @@ class DockerBackend(SandboxBackend):
                 f"{self.name}: the sandbox runs without a seccomp filter"
                 f" (Seccomp: {found.get('seccomp')!r}); for runsc add --oci-seccomp"
             )
+
+    def holder_runtime(self) -> str:
+        """The runtime that joins a holder container's namespace ("": none, the
+        gateway furnishes the sandbox's own namespace)."""
+        return ""
 
     async def verify_runtime(self, probe: dict[str, Any], state: dict[str, Any]) -> None:
         """Check that the sandbox ran where it should (the gVisor backend insists)."""

@@ -137,6 +137,55 @@ def start_program(request, code_path):
     return pid, fds[0][1], fds[1][0], fds[2][0]
 
 
+def start_relay(target):
+    """docker-gvisor with egress: the program's proxy address, 127.0.0.1:3128, is on
+    gVisor's own loopback; relay it to the gateway's proxy on the container's link.
+    Bound before the program starts; the relay child dies with everything else."""
+    import socket
+    import threading
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 3128))
+    listener.listen(64)
+    if os.fork() != 0:
+        listener.close()
+        return
+    try:
+        os.closerange(0, 3)  # never a byte on the framed stream
+        slots = threading.BoundedSemaphore(64)
+
+        def pipe(src, dst):
+            with contextlib.suppress(OSError):
+                while True:
+                    data = src.recv(CHUNK)
+                    if not data:
+                        break
+                    dst.sendall(data)
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+        def serve(client):
+            try:
+                with client, socket.create_connection(tuple(target), timeout=10) as up:
+                    up.settimeout(None)
+                    other = threading.Thread(target=pipe, args=(up, client), daemon=True)
+                    other.start()
+                    pipe(client, up)
+                    other.join()
+            except OSError:
+                pass
+            finally:
+                slots.release()
+
+        while True:
+            client, _ = listener.accept()
+            slots.acquire()
+            threading.Thread(target=serve, args=(client,), daemon=True).start()
+    finally:
+        os._exit(0)
+
+
 def kill_everything(pid=None):
     """Kill every process but this one and reap them all (PID 1 is spared by kill -1);
     return the wait status of `pid` if it was among them."""
@@ -343,6 +392,8 @@ def main():
         problem = "the code and input files do not fit in the disk limit" if full else str(exc)
         send(b"X", json.dumps({"nonce": request["nonce"], "setup_error": problem}).encode())
         return 125
+    if request.get("proxy_relay"):
+        start_relay(request["proxy_relay"])
     pid, stdin_w, out_r, err_r = start_program(request, code_path)
     status, backstop = supervise(request, request["stdin_bytes"], stdin_w, out_r, err_r, pid)
     full = disk_full()

@@ -10,6 +10,13 @@ finish:  once the stream has ended (the launcher collected the files after
          how it ended (exit code, OOMKilled) and decide the status.
 dispose: remove the container (forcefully), whatever happened.
 
+With a network boundary (runc), make also furnishes the container's network
+namespace (/proc/PID1/ns/net) with the gateway's egress proxy, resolver and
+recorder (backends/egress/), and launch tells the program about the proxy. With
+gVisor (whose netstack sees no host socket) make first starts a holder container
+(runc, sleeping), links its namespace to a sinkhole the gateway serves
+(backends/egress/veth.py), and the gVisor container joins that namespace.
+
 A container is launched at most once and removed afterwards; `docker exec` is
 never used. Names and labels make every container traceable to its gateway.
 """
@@ -25,6 +32,7 @@ import secrets
 import signal
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from backends.base import BackendError, ExecResult, ExecSpec
 from backends.docker_config import Shape, container_request, launch_request
@@ -33,10 +41,20 @@ from backends.docker_protocol import Caps, FrameReader, ProtocolError, request_h
 from backends.docker_reaper import Instance
 from backends.docker_settings import DockerSettings
 from backends.docker_status import Observed, decide, program_end
+from backends.egress.boundary import (
+    PROXY_ENV,
+    RESOLVER_HOST,
+    BoundaryError,
+    BoundaryFds,
+    open_boundary,
+)
+from backends.egress.session import EgressSession
+from backends.egress.veth import GATEWAY_V4, RELAY_TARGET, open_veth_boundary
 
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 16
+HOLDER_SUFFIX = "-net"  # a gVisor sandbox's holder container: its name + this
 # After the kill, how long the stream and the engine may take to report the end.
 SETTLE_TIMEOUT_S = 15.0
 
@@ -51,6 +69,9 @@ class Container:
     frames: FrameReader
     created: float = dataclasses.field(default_factory=time.monotonic)
     stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    egress: EgressSession | None = None
+    holder: str = ""  # the id of the container whose namespace it joined (gVisor)
+    holder_name: str = ""
 
     @property
     def alive(self) -> bool:
@@ -76,6 +97,8 @@ class ContainerFactory:
         image: str,
         launcher: str,
         seccomp_json: str,
+        boundary: bool = False,
+        holder_runtime: str = "",
     ) -> None:
         self.settings = settings
         self.engine = engine
@@ -84,6 +107,9 @@ class ContainerFactory:
         self.image = image
         self.launcher = launcher
         self.seccomp_json = seccomp_json
+        self.boundary = boundary
+        # Non-empty: the boundary is a holder's namespace, joined with this runtime.
+        self.holder_runtime = holder_runtime
         self._counter = itertools.count(1)
         # Names of containers this factory made and has not removed yet (the reaper
         # leaves them alone), including those being created right now.
@@ -97,24 +123,90 @@ class ContainerFactory:
         body = container_request(
             self.settings, self.image, shape, labels, self.launcher, self.seccomp_json
         )
+        holder, holder_name, egress = "", "", None
+        if self.boundary and self.holder_runtime:
+            holder_name = name + HOLDER_SUFFIX
+            holder, egress = await self._make_holder(holder_name, labels)
+            body["NetworkDisabled"] = False
+            body["HostConfig"]["NetworkMode"] = f"container:{holder}"
+            body["HostConfig"]["Runtime"] = self.holder_runtime
+            body.pop("Hostname", None)  # the holder's (the engine refuses both)
+        elif self.boundary:
+            # Still the `none` network (loopback only, until the gateway adds its
+            # boundary); "disabled" would also leave /etc/resolv.conf empty, and the
+            # code must ask the gateway's resolver in the container's namespace.
+            body["NetworkDisabled"] = False
+            body["HostConfig"]["Dns"] = [RESOLVER_HOST]
+            body["HostConfig"]["DnsOptions"] = ["timeout:1", "attempts:1"]
         self.tracked.add(name)
         try:
             cid = await self.engine.create(body, name)
         except BaseException:
             self.tracked.discard(name)  # never created, or the reaper will find it
+            if holder:
+                await asyncio.shield(self._remove_holder(holder, holder_name, egress))
             raise
         try:
             reader, writer = await self.engine.attach(cid)
             container = Container(cid, name, shape, reader, writer, FrameReader(_no_caps()))
+            container.holder, container.holder_name, container.egress = holder, holder_name, egress
             await self.engine.start(cid)
             async with asyncio.timeout(self.settings.start_timeout_s):
                 await self._until_ready(container)
+            if self.boundary and not holder:
+                container.egress = await self._furnish(cid)
         except BaseException as exc:
             await asyncio.shield(self._remove(cid, name))
+            if holder:
+                await asyncio.shield(self._remove_holder(holder, holder_name, egress))
             if isinstance(exc, TimeoutError):
                 raise BackendError("the sandbox container did not become ready") from exc
             raise
         return container
+
+    async def _make_holder(self, name: str, labels: dict[str, str]) -> tuple[str, EgressSession]:
+        """A runc container that only holds a network namespace, linked to the
+        gateway's sinkhole before any gVisor sandbox joins it."""
+        s = self.settings
+        body = holder_request(s, self.image, labels)
+        self.tracked.add(name)
+        try:
+            hid = await self.engine.create(body, name)
+        except BaseException:
+            self.tracked.discard(name)
+            raise
+        try:
+            await self.engine.start(hid)
+            egress = await self._furnish(hid, veth=True)
+        except BaseException:
+            await asyncio.shield(self._remove(hid, name))
+            raise
+        return hid, egress
+
+    async def _remove_holder(self, hid: str, name: str, egress: EgressSession | None) -> None:
+        if egress is not None:
+            await egress.stop()
+        await self._remove(hid, name)
+
+    async def _furnish(self, cid: str, veth: bool = False) -> EgressSession:
+        pid = (await self.engine.state(cid)).get("Pid")
+        if not pid:
+            raise BackendError("the sandbox container has no process to furnish")
+        try:
+            fds: BoundaryFds
+            if veth:
+                fds = await asyncio.to_thread(open_veth_boundary, pid)
+            else:
+                fds = await asyncio.to_thread(open_boundary, f"/proc/{pid}/ns/net")
+        except BoundaryError as exc:
+            raise BackendError(str(exc)) from exc
+        session = EgressSession(fds)
+        try:
+            await session.start()
+        except BaseException:
+            await asyncio.shield(session.stop())
+            raise
+        return session
 
     async def _until_ready(self, container: Container) -> None:
         frames = container.frames
@@ -144,6 +236,11 @@ class ContainerFactory:
             max_total_bytes=s.max_output_total_bytes,
         )
         header = launch_request(s, spec, code, container.frames.nonce)
+        if container.egress is not None:
+            container.egress.arm(spec.egress, spec.credentials)
+            header["env"] = {**header["env"], **dict(v.split("=", 1) for v in PROXY_ENV)}
+            if container.holder:
+                header["proxy_relay"] = list(RELAY_TARGET)
         parts = [request_header(header), code]
         parts += [f.content for f in spec.files] + [spec.stdin]
         started = time.monotonic()
@@ -244,7 +341,11 @@ class ContainerFactory:
     async def dispose(self, container: Container) -> None:
         """Remove a container in whatever state it is (never raises)."""
         container.writer.close()
+        if container.egress is not None:
+            await container.egress.stop()
         await self._remove(container.id, container.name)
+        if container.holder:
+            await self._remove(container.holder, container.holder_name)
 
     async def _remove(self, cid: str, name: str) -> None:
         try:
@@ -254,6 +355,32 @@ class ContainerFactory:
             log.error("docker: cannot remove sandbox container %s: %s", name, exc)
         finally:
             self.tracked.discard(name)
+
+
+def holder_request(settings: DockerSettings, image: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The holder: runc, no capabilities, asleep; its namespace starts with loopback only."""
+    sleep = "import signal\nwhile True: signal.pause()"
+    return {
+        "Image": image,
+        "Cmd": [settings.launcher_python, "-I", "-S", "-c", sleep],
+        "User": settings.user,
+        "Hostname": "sandbox",
+        "Labels": labels,
+        "NetworkDisabled": False,
+        "HostConfig": {
+            "NetworkMode": "none",
+            "Runtime": "runc",
+            "ReadonlyRootfs": True,
+            "CapDrop": ["ALL"],
+            "SecurityOpt": ["no-new-privileges"],
+            "Memory": 32 * 1024 * 1024,
+            "MemorySwap": 32 * 1024 * 1024,
+            "PidsLimit": 4,
+            "Dns": [GATEWAY_V4],
+            "DnsOptions": ["timeout:1", "attempts:1"],
+            "LogConfig": {"Type": "none", "Config": {}},
+        },
+    }
 
 
 def _no_caps() -> Caps:

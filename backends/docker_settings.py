@@ -83,6 +83,10 @@ class DockerSettings(SandboxCeilings):
 
 class GvisorSettings(DockerSettings):
     runtime: str = "runsc"
+    # runsc with its own netstack on the links of a holder's namespace (controlled
+    # egress: backends/egress/veth.py); registered by deploy/docker/start-dockerd.sh.
+    # "": runsc --network=none only (loopback, no egress, nothing recorded).
+    egress_runtime: str = "runsc-egress"
     pids_limit_mode: Literal["cgroup", "rlimit"] = "rlimit"
     # gVisor's kernel (the Sentry) and its file proxy share the container's cgroup.
     memory_overhead_mb: int = Field(64, ge=0, le=4096)

@@ -4,7 +4,8 @@ Programs run on gVisor's own kernel (the Sentry), in user space, so a kernel bug
 reachable through a system call is gVisor's, not the host's: the second kernel
 boundary for tenants who need one. It costs start-up time and some system call
 speed. The engine must know runsc as a runtime with `--network=none` in its runtime
-args (deploy/docker/start-dockerd.sh); at start-up this backend proves that its
+args, and as `runsc-egress` for sandboxes with controlled egress
+(deploy/docker/start-dockerd.sh); at start-up this backend proves that its
 sandboxes really run on gVisor, and refuses to start otherwise.
 """
 
@@ -22,6 +23,18 @@ from backends.docker_settings import GvisorSettings
 class GvisorBackend(DockerBackend):
     name = "docker-gvisor"
     Settings = GvisorSettings
+    # runsc's netstack sees no socket the gateway puts in a container's namespace:
+    # each sandbox joins a runc holder's namespace, linked to the gateway's sinkhole
+    # (backends/egress/veth.py), under a runtime whose netstack takes that link.
+    # Without that runtime (egress_runtime = ""): no network at all, no egress.
+    network_boundary = True
+
+    def __init__(self, settings: GvisorSettings | None = None) -> None:
+        super().__init__(settings)
+        self.network_boundary = bool(self.holder_runtime())
+
+    def holder_runtime(self) -> str:
+        return str(getattr(self.settings, "egress_runtime", ""))
 
     def _seccomp_json(self) -> str:
         """The bundled allowlist with clone3 allowed: runsc (with --oci-seccomp) drops
@@ -42,7 +55,7 @@ class GvisorBackend(DockerBackend):
         ran with runsc; the kernel the probe saw is not the engine host's; and its
         kernel log is gVisor's or its root file system is served by gVisor's gofer."""
         runtime = state.get("Runtime")
-        if runtime != self.settings.runtime:
+        if runtime not in (self.settings.runtime, self.settings.egress_runtime):
             raise BackendError(f"gVisor not in use: the probe ran with runtime {runtime!r}")
         host_kernel = (await self.engine.info()).get("KernelVersion")
         if probe.get("release") == host_kernel:

@@ -5,7 +5,9 @@ It is never the default and must be enabled by name; its results say so in stdou
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import asyncio
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from backends.base import (
     Capabilities,
@@ -23,6 +25,8 @@ class NoopSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     languages: list[str] = ["python", "bash", "javascript"]
+    # Each run takes this long (tests of concurrency limits need runs that last).
+    sleep_s: float = Field(0.0, ge=0, le=60)
 
 
 class NoopBackend(SandboxBackend):
@@ -52,6 +56,8 @@ class NoopBackend(SandboxBackend):
         return None
 
     async def run(self, spec: ExecSpec) -> ExecResult:
+        if self.settings.sleep_s:
+            await asyncio.sleep(self.settings.sleep_s)
         return ExecResult(
             status=Status.OK,
             exit_code=0,

@@ -4,7 +4,8 @@ Each sandbox (nsjail_sandbox.py) has its own tmpfs (the disk cap) holding the
 code, workspace, /tmp and /dev/shm; its own cgroup (memory, pids, CPU), which a
 /bin/sh shim joins before exec'ing nsjail, so nsjail and everything it starts
 are inside from the first instruction; and nsjail's new user, pid, mount,
-network, ipc, uts and cgroup namespaces, the sandbox user mapped to an
+ipc, uts and cgroup namespaces, a network namespace whose only ways out are
+the gateway's (backends/egress/), the sandbox user mapped to an
 unprivileged host uid, a seccomp allowlist and read-only runtime directories.
 
 Making a sandbox (nsjail's own start-up, namespaces, mounts) costs more than a
@@ -49,6 +50,7 @@ from backends.nsjail_host import (
 )
 from backends.nsjail_sandbox import Sandbox, SandboxFactory
 from backends.nsjail_settings import NsjailSettings
+from backends.seccomp_audit import SeccompWatcher, syscall_names
 from backends.workspace import WorkspaceError, WorkspaceManager
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,8 @@ class NsjailBackend(SandboxBackend):
         self._closing = False
         self._languages: frozenset[str] = frozenset(s.runtimes)
         self._max = s.max_limits()
+        # Names refused syscalls (settings.seccomp_log) from the kernel log.
+        self._seccomp: SeccompWatcher | None = None
 
     @property
     def instance_prefix(self) -> str:
@@ -98,7 +102,7 @@ class NsjailBackend(SandboxBackend):
         return Capabilities(
             languages=self._languages,
             max_limits=self._max,
-            egress=False,
+            egress=True,
             usage_accounting=True,
             extra={
                 "cgroup": self.cgroups.version if self.cgroups else None,
@@ -111,6 +115,13 @@ class NsjailBackend(SandboxBackend):
     async def start(self) -> None:
         self._closing = False
         await asyncio.to_thread(self._start_sync)
+        if self.settings.seccomp_log and self._seccomp is None:
+            self._seccomp = SeccompWatcher(await asyncio.to_thread(syscall_names))
+            try:
+                self._seccomp.start()
+            except OSError as exc:
+                self._seccomp = None
+                raise BackendError(f"seccomp_log: cannot read /dev/kmsg: {exc}") from exc
         # One real sandbox per language: proves nsjail, the seccomp policy, the
         # mounts and each runtime together, before any request depends on them.
         for language in sorted(self._languages):
@@ -164,6 +175,9 @@ class NsjailBackend(SandboxBackend):
         while self._pool:  # made while we waited
             await self._require_factory().dispose(self._pool.popleft())
         await asyncio.to_thread(self._reap, lambda name: not name.startswith(self._prefix))
+        if self._seccomp is not None:
+            self._seccomp.close()
+            self._seccomp = None
 
     async def run(self, spec: ExecSpec) -> ExecResult:
         factory = self._require_factory()
@@ -172,11 +186,20 @@ class NsjailBackend(SandboxBackend):
         spec = dataclasses.replace(spec, limits=self.clamp(spec.limits))
         sandbox = await self._take()
         self._live[sandbox.name] = sandbox
+        seccomp = self._seccomp
+        if seccomp is not None:
+            seccomp.watch(sandbox.name)
         try:
             await asyncio.to_thread(factory.configure, sandbox, spec)
             outcome = await factory.execute(sandbox, spec)
-            return await asyncio.to_thread(factory.finish, sandbox, spec, outcome)
+            network, network_events = await sandbox.egress.finish()
+            refused = seccomp.events(sandbox.name) if seccomp is not None else ()
+            result = await asyncio.to_thread(factory.finish, sandbox, spec, outcome)
+            events = result.events + refused + network_events
+            return dataclasses.replace(result, network=network, events=events)
         finally:
+            if seccomp is not None:
+                seccomp.events(sandbox.name)  # stops watching, whatever happened
             if not sandbox.released:
                 # Tracked: if this request is cancelled, disposal goes on regardless.
                 await asyncio.shield(self._in_background(factory.dispose(sandbox)))

@@ -19,6 +19,7 @@ import math
 import shlex
 from dataclasses import dataclass
 
+from backends.egress.boundary import PROXY_ENV
 from backends.nsjail_settings import NsjailSettings, RuntimeSettings
 
 # The sandbox user inside its user namespace; it maps to settings.sandbox_uid.
@@ -102,6 +103,7 @@ def environment(settings: NsjailSettings) -> list[str]:
         "TMPDIR=/tmp",
         "USER=sandbox",
         f"HOSTNAME={settings.hostname}",
+        *PROXY_ENV,  # the gateway's egress proxy: the only way out
     ]
 
 
@@ -126,6 +128,8 @@ def render_args(settings: NsjailSettings, paths: JailPaths) -> list[str]:
         "--rlimit_nofile", str(settings.rlimit_nofile),
         "--rlimit_core", "0",
         "--seccomp_policy", paths.seccomp_policy,
+        # The namespace nsjail starts in is the sandbox's, made by the gateway.
+        "--disable_clone_newnet",
     ]  # fmt: skip
     if settings.seccomp_log:
         args.append("--seccomp_log")

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from backends.base import BackendError
+from backends.egress.boundary import RESOLV_CONF
 from backends.nsjail_settings import NsjailSettings
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ ETC_FILES = {
     ),
     "group": "sandbox:x:1000:\nnogroup:x:65534:\n",
     "hosts": "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+    "resolv.conf": RESOLV_CONF,  # the gateway's recording resolver
 }
 
 

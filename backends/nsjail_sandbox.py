@@ -1,11 +1,14 @@
 """One sandbox's life: make (ahead of the request), launch, wind down, release.
 
-make:    a tmpfs workspace (at the maximum size) and a cgroup (idle limits);
-         a /bin/sh shim joins the cgroup and execs nsjail, whose jailed
-         launcher then waits for one line on stdin.
-launch:  shrink the tmpfs to the request's disk size, write the code and the
-         input files, set the request's cgroup limits and take a usage
-         baseline, then send the launch line followed by the request's stdin.
+make:    a tmpfs workspace (at the maximum size), a cgroup (idle limits) and
+         a network namespace furnished by the gateway (backends/egress/);
+         a /bin/sh shim joins the cgroup and execs nsenter into that
+         namespace and then nsjail, whose jailed launcher waits for one line
+         on stdin.
+launch:  arm the egress proxy with the request's egress list, shrink the
+         tmpfs to the request's disk size, write the code and the input files,
+         set the request's cgroup limits and take a usage baseline, then send
+         the launch line followed by the request's stdin.
 finish:  kill anything left, read usage and nsjail's log, collect output
          files, then release: kill, unmount, remove the cgroup.
 
@@ -18,12 +21,15 @@ import asyncio
 import dataclasses
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from backends.base import BackendError, ExecResult, ExecSpec, Usage
 from backends.cgroups import CgroupError, CgroupLimits, CgroupManager, CgroupUsage, ExecCgroup
+from backends.egress.boundary import BoundaryError, open_boundary
+from backends.egress.session import EgressSession
 from backends.nsjail_config import JailPaths, launch_line, render_args, rlimit_cpu_s
 from backends.nsjail_log import parse_log
 from backends.nsjail_process import GRACE_S, ProcessOutcome, spawn, supervise, terminate
@@ -53,6 +59,7 @@ class Sandbox:
     workspace: Workspace
     cgroup: ExecCgroup
     log_fd: int
+    egress: EgressSession
     created: float = dataclasses.field(default_factory=time.monotonic)
     proc: asyncio.subprocess.Process | None = None
     stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
@@ -80,6 +87,10 @@ class SandboxFactory:
         self.policy_path = policy_path
         self.workspaces = workspaces
         self.cgroups = cgroups
+        nsenter = shutil.which("nsenter", path="/usr/bin:/bin:/usr/sbin:/sbin")
+        if nsenter is None:
+            raise BackendError("nsenter (util-linux) not found: no network for sandboxes")
+        self.nsenter = nsenter
 
     # --- make -------------------------------------------------------------------
 
@@ -92,8 +103,12 @@ class SandboxFactory:
             prepare.add_done_callback(self._release_prepared)
             raise
         try:
-            sandbox.proc = await spawn(self.argv(sandbox), pass_fds=(sandbox.log_fd,))
+            await sandbox.egress.start()
+            netns = sandbox.egress.fds.netns
+            assert netns is not None
+            sandbox.proc = await spawn(self.argv(sandbox), pass_fds=(sandbox.log_fd, netns))
         except BaseException as exc:
+            await asyncio.shield(sandbox.egress.stop())
             await asyncio.shield(asyncio.to_thread(self.release, sandbox))
             if isinstance(exc, OSError):
                 raise BackendError(f"nsjail could not be started: {exc}") from exc
@@ -116,7 +131,17 @@ class SandboxFactory:
             self.workspaces.destroy(workspace)
             cgroup.remove()
             raise BackendError(f"cannot create the nsjail log: {exc}") from exc
-        return Sandbox(name=name, workspace=workspace, cgroup=cgroup, log_fd=log_fd)
+        try:
+            boundary = open_boundary()
+        except BoundaryError as exc:
+            self.workspaces.destroy(workspace)
+            cgroup.remove()
+            os.close(log_fd)
+            raise BackendError(str(exc)) from exc
+        return Sandbox(
+            name=name, workspace=workspace, cgroup=cgroup, log_fd=log_fd,
+            egress=EgressSession(boundary),
+        )  # fmt: skip
 
     def _release_prepared(self, prepare: asyncio.Future[Sandbox]) -> None:
         if not prepare.cancelled() and prepare.exception() is None:
@@ -134,8 +159,10 @@ class SandboxFactory:
             log_fd=sandbox.log_fd,
         )
         joins = [str(p) for p in sandbox.cgroup.join_files]
-        return ["/bin/sh", "-c", SHIM, "execgate-shim", *joins, "--", str(self.binary),
-                *render_args(self.settings, paths)]  # fmt: skip
+        # nsjail keeps this namespace (--disable_clone_newnet): the gateway's boundary.
+        netns = f"--net=/proc/self/fd/{sandbox.egress.fds.netns}"
+        return ["/bin/sh", "-c", SHIM, "execgate-shim", *joins, "--", self.nsenter, netns,
+                "--", str(self.binary), *render_args(self.settings, paths)]  # fmt: skip
 
     # --- launch -----------------------------------------------------------------
 
@@ -147,6 +174,7 @@ class SandboxFactory:
             code = spec.code.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise BackendError(f"code is not valid UTF-8: {exc}") from None
+        sandbox.egress.arm(spec.egress, spec.credentials)
         try:
             self.workspaces.fill(
                 sandbox.workspace, limits.disk_mb, runtime.filename, code, spec.files
@@ -266,6 +294,7 @@ class SandboxFactory:
                     await terminate(proc, kill)
                 except (OSError, CgroupError) as exc:
                     log.error("nsjail: cannot stop sandbox %s: %s", sandbox.name, exc)
+        await sandbox.egress.stop()
         await asyncio.to_thread(self.release, sandbox)
 
     def release(self, sandbox: Sandbox) -> None:
@@ -276,7 +305,8 @@ class SandboxFactory:
         errors = []
         for step in (sandbox.cgroup.kill_all,
                      lambda: self.workspaces.destroy(sandbox.workspace),
-                     sandbox.cgroup.remove, lambda: os.close(sandbox.log_fd)):  # fmt: skip
+                     sandbox.cgroup.remove, lambda: os.close(sandbox.log_fd),
+                     sandbox.egress.close_unstarted):  # fmt: skip
             try:
                 step()
             except (OSError, CgroupError, WorkspaceError) as exc:

@@ -6,6 +6,7 @@ on the app under typed keys; nothing is global.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -15,16 +16,19 @@ from aiohttp import web
 
 from backends import backend_class
 from backends.base import BackendError, SandboxBackend
+from gateway import metrics_live
 from gateway.admission import Admission
 from gateway.appkeys import PIPELINE, SERVICES, SETTINGS
 from gateway.approval_desk import ApprovalDesk
-from gateway.approvals import ApprovalStore
-from gateway.audit import AuditLog
+from gateway.audit import AuditLog, AuditUnavailable
+from gateway.console import add_console
 from gateway.escape.selftest import SelfTest
 from gateway.executions import ExecutionStore
 from gateway.ingress import admin as admin_api
 from gateway.ingress import approvals as approvals_api
 from gateway.ingress import audit as audit_api
+from gateway.ingress import mcp as mcp_api
+from gateway.ingress import proxy as proxy_api
 from gateway.ingress import rest, toolcalls
 from gateway.metrics import Metrics
 from gateway.middleware import error_middleware
@@ -34,7 +38,9 @@ from gateway.pipeline import Pipeline
 from gateway.policy.base import PolicyEngine
 from gateway.services import Services
 from gateway.settings import Settings
+from gateway.state import StateUnavailable, make_state
 from gateway.tokens import TokenVerifier
+from gateway.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +73,10 @@ async def build_services(settings: Settings, stack: AsyncExitStack) -> Services:
     audit = AuditLog(Path(settings.audit.path), flush_interval_ms=settings.audit.flush_interval_ms)
     await audit.start()
     stack.push_async_callback(audit.close)
+    # The last record of a run that started: after every other component has closed
+    # (the stack unwinds in reverse), so records of killed executions come before it.
+    started: list[bool] = []
+    stack.push_async_callback(_record_stop, audit, started)
 
     try:
         services = await _start_components(settings, audit, stack)
@@ -91,6 +101,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack) -> Services:
         policy_revision=services.engine.revision,
         backends=sorted(services.backends),
     )
+    started.append(True)
     if settings.policy.engine == "embedded" and settings.policy.reload_interval_s > 0:
         from gateway.policy.reload import PolicyReloader
 
@@ -100,6 +111,12 @@ async def build_services(settings: Settings, stack: AsyncExitStack) -> Services:
         reloader.start()
         stack.push_async_callback(reloader.close)
     return services
+
+
+async def _record_stop(audit: AuditLog, started: list[bool]) -> None:
+    if started:
+        with contextlib.suppress(AuditUnavailable):
+            await audit.append("gateway.stopped", reason="shutdown")
 
 
 async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExitStack) -> Services:
@@ -123,7 +140,14 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
     await store.start()
     stack.push_async_callback(store.close)
 
-    approval_store = ApprovalStore(Path(settings.state.path))
+    # Limits, approvals and spent token ids: in-process/SQLite, or Redis for replicas.
+    limit_state, approval_store = make_state(settings.state)
+    admission = Admission(limit_state, settings.admission)
+    try:
+        await admission.start()
+    except StateUnavailable as exc:
+        raise StartupError(f"state ({settings.state.backend}): {exc}") from exc
+    stack.push_async_callback(admission.close)
     await approval_store.start()
     stack.push_async_callback(approval_store.close)
     desk = ApprovalDesk(settings.approvals, approval_store, audit, store)
@@ -134,7 +158,7 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
         settings=settings,
         verifier=verifier,
         engine=engine,
-        admission=Admission(),
+        admission=admission,
         backends=backends,
         audit=audit,
         store=store,
@@ -147,6 +171,9 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     async with AsyncExitStack() as stack:
         services = await build_services(app[SETTINGS], stack)
         app[SERVICES] = services
+        metrics_live.install(services)  # pools, audit writes, webhook deliveries
+        services.tracing = Tracing.from_settings(app[SETTINGS].telemetry)
+        stack.callback(services.tracing.shutdown)
         app[PIPELINE] = Pipeline(services)
         services.approvals.attach(app[PIPELINE].run)
         app[admin_api.SELFTEST] = selftest = SelfTest(services)
@@ -170,5 +197,11 @@ def create_app(settings: Settings) -> web.Application:
     app.add_routes(audit_api.routes)
     app.add_routes(approvals_api.routes)
     app.add_routes(toolcalls.routes)
+    if settings.ingress.mcp.enabled:
+        app.cleanup_ctx.append(mcp_api.mcp_ctx)
+        app.add_routes(mcp_api.routes)
     app.add_routes(admin_api.routes)
+    add_console(app)
+    # Last: reverse-proxied prefixes (ingress.routes) never shadow a gateway route.
+    proxy_api.add_routes(app, settings)
     return app

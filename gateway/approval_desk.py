@@ -237,7 +237,9 @@ class ApprovalDesk:
             )
             return approval, None
         token = self.mint(approval)
-        if self.settings.run_held:
+        # A held upstream tool call (language "tool", gateway/stages/tool.py) has no
+        # sandbox run: its caller presents the token when it calls the tool again.
+        if self.settings.run_held and approval.language != "tool":
             self._spawn(self.run_held(approval, token))
         return approval, token
 

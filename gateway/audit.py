@@ -91,6 +91,9 @@ class AuditLog:
         self.fsyncs = 0
         self.batches = 0
         self.records_written = 0
+        # Called after each durable batch with its records and write+fsync seconds
+        # (metrics); an observer must not raise or block.
+        self.observers: list[Callable[[list[dict[str, Any]], float], None]] = []
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -255,6 +258,7 @@ class AuditLog:
             return False
         records = [record for record, _ in batch]
         assert self._fd is not None  # the writer runs only between start and close
+        began = time.perf_counter()
         try:
             last_hash, offset = await asyncio.to_thread(
                 write_batch,
@@ -279,6 +283,8 @@ class AuditLog:
         self.fsyncs += 1
         self.batches += 1
         self.records_written += len(records)
+        for observe in self.observers:
+            observe(records, time.perf_counter() - began)
         for record, future in batch:
             if not future.done():
                 future.set_result(record)

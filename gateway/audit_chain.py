@@ -170,3 +170,35 @@ def _chain_problem(record: dict[str, Any], expected: int, prev_hash: str) -> str
     if record_hash(prev_hash, record) != record["hash"]:
         return "hash mismatch: record content was changed"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class ChainPoint:
+    """How far a file is proven: its first `offset` bytes hold `records` intact records."""
+
+    offset: int = 0
+    records: int = 0
+    last_hash: str = GENESIS_HASH
+
+
+def verify_more(path: str | PathLike[str], point: ChainPoint) -> tuple[VerifyReport, ChainPoint]:
+    """Go on verifying a live log from `point`, over complete lines only (blocking).
+
+    For readers beside the writer (the console): the last line may be half written,
+    so it is left for next time rather than called a break. The returned point is
+    where to resume; after a break it stays at the last intact record.
+    """
+    offset, count, prev_hash = point.offset, point.records, point.last_hash
+    with open(path, "rb") as f:
+        f.seek(offset)
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                break
+            problem, record = _line_problem(raw, count + 1, prev_hash)
+            if problem is not None:
+                here = ChainPoint(offset, count, prev_hash)
+                return VerifyReport(False, count, count + 1, count + 1, problem, prev_hash), here
+            offset, count, prev_hash = offset + len(raw), count + 1, record["hash"]
+    return VerifyReport(True, count, None, None, "ok", prev_hash), ChainPoint(
+        offset, count, prev_hash
+    )

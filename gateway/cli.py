@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
 
+from gateway import logs
 from gateway.settings import SettingsError, load_settings
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks, side by side in one run")
     bench.add_argument("--runs", type=int, default=50, help="samples per measurement")
     bench.add_argument("--json", dest="json_path", help="also write the results here")
+    load = sub.add_parser("load", help="load test: tenants' limits under load (nsjail, root)")
+    load.add_argument("--requests", type=int, default=10_000)
+    load.add_argument("--concurrency", type=int, default=64)
+    load.add_argument("--max-seconds", type=float, default=900, help="give up after this long")
+    load.add_argument("--json", dest="json_path", help="also write the report here")
+    load.add_argument("--redis-url", default="", help="limits in this Redis (state.backend)")
     escape = sub.add_parser("escape-test", help="run the escape suite against a backend")
     escape.add_argument("--backend", required=True, help="a configured backend name")
     escape.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -95,15 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("EXECGATE_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
         settings = load_settings(args.config)
     except SettingsError as exc:
         print(f"execgate: {exc}", file=sys.stderr)
         return 2
+    logs.configure(os.environ.get("EXECGATE_LOG_LEVEL", "INFO"), settings.server.log_format)
     from gateway import commands
 
     handler = {
@@ -113,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "audit": commands.audit,
         "approvals": commands.approvals,
         "bench": commands.bench,
+        "load": commands.load,
         "escape-test": commands.escape_test,
     }[args.command]
     return handler(args, settings)

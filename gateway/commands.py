@@ -33,7 +33,16 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
 
     host = args.host or settings.server.host
     port = args.port if args.port is not None else settings.server.port
-    web.run_app(create_app(settings), host=host, port=port, access_log=None, print=None)
+    # SIGTERM: the listener closes, running requests get shutdown_grace_s to finish, the
+    # rest are cancelled (their sandboxes killed, audited), then services close.
+    web.run_app(
+        create_app(settings),
+        host=host,
+        port=port,
+        access_log=None,
+        print=None,
+        shutdown_timeout=settings.server.shutdown_grace_s,
+    )
     return 0
 
 
@@ -190,6 +199,14 @@ def bench(args: argparse.Namespace, settings: Settings) -> int:
     from gateway.bench import main as bench_main
 
     return bench_main(args.runs, args.json_path)
+
+
+def load(args: argparse.Namespace, settings: Settings) -> int:
+    from gateway.load import main as load_main
+
+    return load_main(
+        args.requests, args.concurrency, args.max_seconds, args.json_path, args.redis_url
+    )
 
 
 def approvals(args: argparse.Namespace, settings: Settings) -> int:

@@ -48,6 +48,9 @@ class ExecContext:
     payload: bytes | Any
     decode: Callable[[ExecContext], ExecutionRequest]
     tool_name: str = "run_code"
+    # A call of a non-code tool (an upstream MCP tool the policy guards): its name,
+    # server and arguments, given to the policy as `tool`; None for code.
+    tool_call: dict[str, Any] | None = None
     request_id: str = field(default_factory=lambda: new_id("req"))
     execution_id: str = field(default_factory=lambda: new_id("exe"))
     received_at: datetime = field(default_factory=utc_now)

@@ -34,6 +34,13 @@ POLICY_UNAVAILABLE = ErrorKind("policy_unavailable", 503, "policy_error")
 POLICY_INVALID = ErrorKind("policy_invalid", 503, "policy_error")
 BACKEND_UNAVAILABLE = ErrorKind("backend_unavailable", 503, "backend_error")
 AUDIT_UNAVAILABLE = ErrorKind("audit_unavailable", 503, "audit_error")
+# Shared limit state (Redis) unreachable: nothing is admitted (fail closed).
+STATE_UNAVAILABLE = ErrorKind("state_unavailable", 503, "state_error")
+# No global execution slot came free within admission.queue_timeout_s.
+QUEUE_TIMEOUT = ErrorKind("queue_timeout", 503, "rate_limited")
+# A reverse-proxy route's or the MCP endpoint's upstream: refused or broken (502), too slow (504).
+UPSTREAM_UNAVAILABLE = ErrorKind("upstream_unavailable", 502, "upstream_error")
+UPSTREAM_TIMEOUT = ErrorKind("upstream_timeout", 504, "upstream_error")
 INTERNAL = ErrorKind("internal_error", 500, "error")
 
 ALL_KINDS: tuple[ErrorKind, ...] = (
@@ -54,6 +61,10 @@ ALL_KINDS: tuple[ErrorKind, ...] = (
     POLICY_INVALID,
     BACKEND_UNAVAILABLE,
     AUDIT_UNAVAILABLE,
+    STATE_UNAVAILABLE,
+    QUEUE_TIMEOUT,
+    UPSTREAM_UNAVAILABLE,
+    UPSTREAM_TIMEOUT,
     INTERNAL,
 )
 

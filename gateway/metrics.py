@@ -62,6 +62,19 @@ class Metrics:
             ["tenant", "code"],
             registry=r,
         )
+        # Per-tenant (label bounded by configuration: gateway/admission.py tenant_label).
+        self.tenant_admitted = Counter(
+            "execgate_tenant_admitted_total",
+            "Requests admitted (rate, quota, slot) by tenant",
+            ["tenant"],
+            registry=r,
+        )
+        self.tenant_executed = Counter(
+            "execgate_tenant_executions_total",
+            "Executions that ran, by tenant and status",
+            ["tenant", "status"],
+            registry=r,
+        )
 
     def observe_request(self, ingress: str, code: str, seconds: float) -> None:
         self.requests.labels(ingress, code).inc()
@@ -77,6 +90,12 @@ class Metrics:
 
     def rate_limited(self, tenant: str, code: str) -> None:
         self.limited.labels(tenant, code).inc()
+
+    def admitted(self, tenant: str) -> None:
+        self.tenant_admitted.labels(tenant).inc()
+
+    def executed(self, tenant: str, status: str) -> None:
+        self.tenant_executed.labels(tenant, status).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

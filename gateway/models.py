@@ -146,9 +146,12 @@ class FileOut(Strict):
 
 
 class NetworkAttempt(Strict):
+    kind: Literal["dns", "connect", "http", "tcp", "udp"]
     host: str
     port: int
     verdict: Literal["allowed", "blocked"]
+    rule: str = ""  # the egress entry that allowed it, or why it was blocked
+    detail: str = ""
 
 
 class SandboxEventOut(Strict):

@@ -201,6 +201,36 @@ def build_openapi(version: str) -> dict[str, Any]:
                     },
                 }
             },
+            "/v1/tool-calls": {
+                "post": {
+                    "summary": "OpenAI Chat tool_calls, Responses function_call items or "
+                    "Anthropic tool_use blocks in; the matching tool replies out, same ids",
+                    "security": bearer,
+                    "responses": {
+                        "200": {"description": "{messages} | {items} | {role, content}"},
+                        "400": _error("invalid_request"),
+                        "401": _error("unauthenticated"),
+                    },
+                }
+            },
+            "/mcp": {
+                m: {
+                    "summary": f"MCP Streamable HTTP ({m.upper()}): 2025-11-25 sessions "
+                    "(MCP-Session-Id) and 2026-07-28 (Mcp-Method/Mcp-Name headers)",
+                    "security": bearer,
+                    "responses": {
+                        "200": {"description": "JSON-RPC answer"},
+                        "202": {"description": "notification accepted"},
+                        "204": {"description": "session ended"},
+                        "400": {"description": "JSON-RPC error (-32700, -32600, -32020, ...)"},
+                        "401": _error("unauthenticated"),
+                        "403": _error("forbidden (Origin not allowed)"),
+                        "404": {"description": "unknown or expired session"},
+                        "405": {"description": "GET: no server-initiated stream"},
+                    },
+                }
+                for m in ("post", "get", "delete")
+            },
             "/healthz": {
                 "get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}
             },

@@ -34,6 +34,8 @@ async def readyz(request: web.Request) -> web.Response:
         held = svc.out_of_service.get(name)
         if held:
             checks[f"backend:{name}"] = {"ok": False, "detail": f"out of service: {held}"}
+    state_ok, state_detail = await svc.admission.state.health()
+    checks["state"] = {"ok": state_ok, "detail": state_detail}
     checks["audit"] = {
         "ok": svc.audit.healthy,
         "detail": "" if svc.audit.healthy else "audit log not writable",

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from gateway import errors
+from gateway import errors, logs
 from gateway.audit import AuditUnavailable
 from gateway.context import ExecContext
 from gateway.errors import GatewayError
@@ -56,6 +56,7 @@ _TERMINAL_TYPES = {
     errors.FORBIDDEN.code: "auth.failed",
     errors.RATE_LIMITED.code: "rate.limited",
     errors.QUOTA_EXCEEDED.code: "rate.limited",
+    errors.QUEUE_TIMEOUT.code: "rate.limited",
 }
 
 
@@ -66,12 +67,16 @@ class Pipeline:
 
     async def run(self, ctx: ExecContext) -> ExecContext:
         """Run every stage in order; raises GatewayError after recording it."""
+        logs.bind(ctx.request_id, ctx.execution_id)
+        tracing = self.services.tracing
+        span = tracing.request(ctx)
         started = time.perf_counter()
         error: GatewayError | None = None
         try:
             async with ctx.cleanup:
                 for stage in self.stages:
-                    await stage(ctx, self.services)
+                    with tracing.stage(stage.__name__, ctx):
+                        await stage(ctx, self.services)
         except Held as held:
             ctx.held = held.approval
         except GatewayError as exc:
@@ -90,6 +95,7 @@ class Pipeline:
         self.services.metrics.observe_request(
             ctx.ingress, error.code if error else "ok", time.perf_counter() - started
         )
+        tracing.finish(span, ctx, error.code if error else ("held" if ctx.held else "ok"))
         if error is not None:
             await asyncio.shield(self._record_error(ctx, error))
             raise error

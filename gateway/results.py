@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 from typing import Any
 
 from gateway.context import ExecContext
@@ -30,7 +31,7 @@ def render_result(ctx: ExecContext) -> dict[str, Any]:
             {"path": f.path, "size": f.size, "content_b64": base64.b64encode(f.content).decode()}
             for f in result.files
         ],
-        "network": [],
+        "network": [dataclasses.asdict(a) for a in result.network],
         "events": [{"kind": e.kind, "detail": e.detail} for e in result.events],
         "backend": ctx.backend,
         "decision_id": decision.decision_id,

@@ -17,6 +17,7 @@ from gateway.metrics import Metrics
 from gateway.policy.base import PolicyEngine
 from gateway.settings import Settings
 from gateway.tokens import TokenVerifier
+from gateway.tracing import Tracing
 
 
 @dataclass
@@ -30,5 +31,7 @@ class Services:
     store: ExecutionStore
     approvals: ApprovalDesk
     metrics: Metrics = field(default_factory=Metrics)
+    # OpenTelemetry spans per request and stage; a no-op unless [telemetry] enabled.
+    tracing: Tracing = field(default_factory=Tracing)
     # Backends the escape self-test took out of service: name -> why.
     out_of_service: dict[str, str] = field(default_factory=dict)

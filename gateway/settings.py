@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from backends import REGISTRY, BackendError, backend_class
+from gateway.settings_ingress import McpSettings, RouteSettings
 
 ENV_PREFIX = "EXECGATE_"
 # EXECGATE_* variables that are not gateway settings: the config path, and what the
@@ -42,6 +43,11 @@ class ServerSettings(Section):
     metrics_public: bool = True
     # Upper bound of `?wait=` on GET /v1/executions/{id}.
     max_wait_s: float = Field(60.0, ge=0)
+    # On SIGTERM: stop accepting, let running executions finish for this long, then
+    # kill the rest (audited as such) and flush the audit log.
+    shutdown_grace_s: float = Field(30.0, ge=0)
+    # "json": one object per line with request_id / execution_id (for log shippers).
+    log_format: Literal["text", "json"] = "text"
 
 
 class AuthSettings(Section):
@@ -75,6 +81,7 @@ class TenantSettings(Section):
     burst: int = Field(20, gt=0)
     max_concurrent: int = Field(4, gt=0)
     cpu_s_per_hour: float = Field(3600.0, gt=0)
+    executions_per_day: int = Field(100_000, gt=0)
     timeout_s: float = Field(30.0, gt=0)
     memory_mb: int = Field(512, gt=0)
     cpus: float = Field(1.0, gt=0)
@@ -115,8 +122,19 @@ class AuditSettings(Section):
     flush_interval_ms: float = Field(0.0, ge=0)
 
 
+class EgressSecretSettings(Section):
+    """A tenant's credential for one destination, added by the egress proxy to
+    plain-HTTP requests for it; the value is read from a file at each use and
+    never reaches a sandbox, a log line or a policy input."""
+
+    destination: str = Field(pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
+    header: str = Field("Authorization", pattern=r"^[A-Za-z0-9-]{1,64}$")
+    value_file: str
+
+
 class EgressSettings(Section):
-    pass
+    # tenant -> secret name -> secret (`[egress.secrets.<tenant>.<name>]`).
+    secrets: dict[str, dict[str, EgressSecretSettings]] = {}
 
 
 class ToolSettings(Section):
@@ -144,12 +162,26 @@ class IngressSettings(Section):
     # Tool names whose calls run code (POST /v1/tool-calls); other names are refused.
     tools: dict[str, ToolSettings] = Field(default_factory=_default_tools)
     max_calls_per_request: int = Field(16, ge=1, le=256)
+    # POST/GET/DELETE /mcp, and reverse-proxied path prefixes (gateway/settings_ingress.py).
+    mcp: McpSettings = McpSettings()
+    routes: list[RouteSettings] = []
 
 
 class StateSettings(Section):
     backend: Literal["sqlite", "redis"] = "sqlite"
     path: str = "var/state.db"
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # A Redis slower than this fails the request closed (503 state_unavailable).
+    redis_timeout_s: float = Field(0.5, gt=0)
+
+
+class AdmissionSettings(Section):
+    # Executions running at once across all tenants (shared fairly); 0: no global cap.
+    max_concurrent_executions: int = Field(64, ge=0)
+    # How long a request may wait for a global slot before 503 queue_timeout.
+    queue_timeout_s: float = Field(5.0, ge=0)
+    # Leases of a replica that stops renewing them (it died) lapse after this.
+    lease_ttl_s: float = Field(30.0, gt=1)
 
 
 class EscapeTestSettings(Section):
@@ -157,6 +189,17 @@ class EscapeTestSettings(Section):
     # on demand, POST /v1/admin/escape-test). A backend with an escape is taken
     # out of service until an operator clears it.
     interval_s: float = Field(0.0, ge=0)
+
+
+class TelemetrySettings(Section):
+    # OpenTelemetry traces (needs `pip install execgate[telemetry]`): a span per request
+    # and per stage (policy, approval, sandbox...). Off: no tracing code runs at all.
+    enabled: bool = False
+    service_name: str = "execgate"
+    # "console" (spans as JSON on stdout) or "otlp" (OTLP/HTTP; needs
+    # opentelemetry-exporter-otlp-proto-http) to `otlp_endpoint`.
+    exporter: Literal["console", "otlp"] = "otlp"
+    otlp_endpoint: str = "http://127.0.0.1:4318/v1/traces"
 
 
 def _default_tenants() -> dict[str, TenantSettings]:
@@ -175,7 +218,9 @@ class Settings(Section):
     egress: EgressSettings = EgressSettings()
     ingress: IngressSettings = IngressSettings()
     state: StateSettings = StateSettings()
+    admission: AdmissionSettings = AdmissionSettings()
     escape_test: EscapeTestSettings = EscapeTestSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
 
     @field_validator("backends")
     @classmethod
@@ -231,7 +276,9 @@ _SECTIONS = {
     "egress": EgressSettings,
     "ingress": IngressSettings,
     "state": StateSettings,
+    "admission": AdmissionSettings,
     "escape_test": EscapeTestSettings,
+    "telemetry": TelemetrySettings,
 }
 
 

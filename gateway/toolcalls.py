@@ -121,6 +121,11 @@ def to_request(call: ToolCall, tool: ToolSettings) -> ExecutionRequest:
             args = json.loads(args) if args.strip() else {}
         except ValueError as exc:
             raise ToolCallError("arguments", f"not valid JSON: {exc}") from None
+    return request_from_arguments(args, tool)
+
+
+def request_from_arguments(args: Any, tool: ToolSettings) -> ExecutionRequest:
+    """Decoded arguments (an object) as an execution request (also used by /mcp)."""
     if not isinstance(args, dict):
         raise ToolCallError("arguments", "must be a JSON object")
     code = args.get(tool.code_arg)

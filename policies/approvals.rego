@@ -10,7 +10,7 @@ approval_ttl_s := 900
 # sidesteps every interpreter-level guarantee and widens the syscall surface.
 native_modules := {"ctypes", "_ctypes", "cffi", "_cffi_backend"}
 
-approval_reasons(v) := {msg |
+approval_reasons(v) := ({msg |
 	some feature in v.config.approval.features
 	v.features[feature]
 	msg := feature_reason(v, feature)
@@ -18,7 +18,7 @@ approval_reasons(v) := {msg |
 	some language in v.config.approval.languages
 	language == v.language
 	msg := concat("", [text(v.language), " code for tenant ", text(v.tenant), " needs approval"])
-}
+}) | tool_approval_reasons(v)
 
 feature_reason(v, "native_code") := native_code_reason(v, sorted(v.imports & native_modules))
 

@@ -17,7 +17,7 @@ decide_with(inp, tenants) := assemble(v, denials(v), pending_approval_reasons(v)
 	v := view(inp, tenants)
 }
 
-denials(v) := ((((version_denials(v) | scope_denials(v)) | language_denials(v)) | limit_denials(v)) | egress_denials(v)) | import_denials(v)
+denials(v) := (((((version_denials(v) | scope_denials(v)) | language_denials(v)) | limit_denials(v)) | egress_denials(v)) | import_denials(v)) | tool_denials(v)
 
 assemble(v, deny, pending) := object.union(
 	{

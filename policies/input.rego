@@ -28,6 +28,7 @@ view(inp, tenants) := {
 	"features": {f | some f in object.get(inp, ["analysis", "features"], [])},
 	"imports": {m | some m in object.get(inp, ["analysis", "imports"], [])},
 	"approval": object.get(inp, "approval", {}),
+	"tool": as_object(object.get(inp, "tool", {})),
 	"config": tenant_config(tenants, tenant),
 } if {
 	tenant := object.get(inp, ["tenant", "id"], "unknown")

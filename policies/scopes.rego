@@ -7,10 +7,16 @@ import rego.v1
 # keeps the decision self-contained and auditable.
 scope_denials(v) := {msg |
 	not has_exec_scope(v)
-	msg := concat("", ["subject lacks scope exec:", text(v.language)])
+	msg := concat("", ["subject lacks scope ", needed_scope(v)])
 }
 
+# A non-code tool (language "tool", see tools.rego) needs tool:<name> instead.
+needed_scope(v) := tool_scope(v) if {
+	v.language == "tool"
+} else := concat("", ["exec:", text(v.language)])
+
 has_exec_scope(v) if {
+	v.language != "tool"
 	is_string(v.language)
 	v.scopes[concat("", ["exec:", v.language])]
 }

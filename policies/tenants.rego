@@ -12,7 +12,8 @@ import rego.v1
 # resource ceilings, ceilings by the subject's `tier` claim, egress
 # destinations ("host:port", "*.domain:port", or "*" for any), what needs a
 # human's approval, imports that are refused, the backend the code must run on
-# ("" for the gateway's choice), and analysis features reported by `monitor`.
+# ("" for the gateway's choice), analysis features reported by `monitor`, and the
+# guarded upstream tools it may call and those needing approval (tools.rego).
 config_defaults := {
 	"languages": [],
 	"ceilings": {},
@@ -22,6 +23,8 @@ config_defaults := {
 	"blocked_imports": [],
 	"backend": "",
 	"monitor_features": [],
+	"tools": ["*"],
+	"tool_approval": [],
 }
 
 # Key by key, not object.union(default, entry): that merges nested objects in

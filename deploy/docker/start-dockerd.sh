@@ -3,7 +3,8 @@
 #
 #   deploy/docker/start-dockerd.sh          # idempotent: reuses a running engine
 #
-# - registers gVisor's runsc as the runtime "runsc", with --network=none in its runtime
+# - registers gVisor's runsc as the runtime "runsc" (and "runsc-egress", runsc's own
+#   netstack on links the gateway provides), with --network=none in its runtime
 #   args (runsc refuses Docker's `none` network otherwise) and --oci-seccomp (without
 #   it runsc ignores the container's seccomp profile: found by the escape suite), merged into
 #   /etc/docker/daemon.json without touching the other keys;
@@ -26,20 +27,27 @@ RUNSC=$(command -v runsc || true)
 changed=0
 if [ -n "$RUNSC" ]; then
   mkdir -p "$(dirname "$CONFIG")"
-  # Merge: keep every key the file has, set only runtimes.runsc.
-  changed=$(python3 - "$CONFIG" "$RUNSC" <<'EOF'
+  # Merge: keep every key the file has, set only runtimes.runsc and runsc-egress.
+  WRAPPER="$(cd "$(dirname "$0")" && pwd)/runsc-egress"
+  changed=$(python3 - "$CONFIG" "$RUNSC" "$WRAPPER" <<'EOF'
 import json, os, sys
-path, runsc = sys.argv[1], sys.argv[2]
+path, runsc, wrapper = sys.argv[1], sys.argv[2], sys.argv[3]
 try:
     with open(path) as f:
         config = json.load(f)
 except FileNotFoundError:
     config = {}
-want = {"path": runsc, "runtimeArgs": ["--network=none", "--oci-seccomp"]}
-if config.get("runtimes", {}).get("runsc") == want:
+want = {
+    "runsc": {"path": runsc, "runtimeArgs": ["--network=none", "--oci-seccomp"]},
+    # Controlled egress (backends/egress/veth.py): runsc's netstack takes over the
+    # links of a holder container's namespace that the gateway furnished.
+    "runsc-egress": {"path": wrapper, "runtimeArgs": ["--oci-seccomp"]},
+}
+runtimes = config.get("runtimes", {})
+if all(runtimes.get(name) == value for name, value in want.items()):
     print(0)
 else:
-    config.setdefault("runtimes", {})["runsc"] = want
+    config.setdefault("runtimes", {}).update(want)
     tmp = path + ".execgate-tmp"
     with open(tmp, "w") as f:
         json.dump(config, f, indent=2)

@@ -3,6 +3,7 @@
 nsjail: no process of the sandbox uid outside the sandboxes waiting in the pool
 or running an execution. docker (and docker-gvisor): no container of this backend
 instance but those waiting or running. A backend without such a notion has no residue check.
+Any backend: no egress boundary device (backends/egress/) in the gateway's own namespace.
 """
 
 from __future__ import annotations
@@ -12,9 +13,18 @@ import os
 from pathlib import Path
 
 from backends.base import SandboxBackend
+from backends.egress.boundary import TUN_NAME
 
 
 async def leftovers(backend: SandboxBackend) -> list[str]:
+    found = await _sandbox_leftovers(backend)
+    # /sys/class/net shows the namespace sysfs was mounted in: the host's.
+    if await asyncio.to_thread(Path(f"/sys/class/net/{TUN_NAME}").exists):
+        found.append(f"network device {TUN_NAME} in the gateway's own network namespace")
+    return found
+
+
+async def _sandbox_leftovers(backend: SandboxBackend) -> list[str]:
     settle = getattr(backend, "wait_settled", None)
     if settle is not None:
         try:

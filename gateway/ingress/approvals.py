@@ -14,11 +14,13 @@ from pydantic import ValidationError
 
 from gateway import errors
 from gateway.appkeys import SERVICES
-from gateway.approval_desk import principal_may_read
-from gateway.approvals import ApprovalError
+from gateway.approval_desk import ApprovalDesk, principal_may_read
+from gateway.approvals import Approval, ApprovalError
 from gateway.errors import GatewayError, invalid_field
 from gateway.ingress.rest import authenticated, read_body
 from gateway.models import DecisionRequest, format_validation_errors
+from gateway.services import Services
+from gateway.tokens import Principal
 from gateway.webhooks import SignatureError, verify
 
 routes = web.RouteTableDef()
@@ -77,40 +79,52 @@ async def decide(request: web.Request) -> web.Response:
         except SignatureError as exc:
             raise GatewayError(errors.UNAUTHENTICATED, f"callback signature: {exc}") from None
         decision = _parse(body)
-        approver, via = decision.approver or "webhook", "callback"
         approval = await desk.store.get(approval_id)
+        if approval is None:
+            raise GatewayError(errors.NOT_FOUND, "no such approval")
+        approval, token = await _settle(
+            desk, approval, decision.approver or "webhook", decision, "callback"
+        )
     else:
         principal = await authenticated(request)
         decision = _parse(body)
-        approval = await desk.store.get(approval_id)
-        if approval is None or not principal_may_read(principal, approval):
-            raise GatewayError(errors.NOT_FOUND, "no such approval")
-        tenant_ok = "approvals:decide:all" in principal.scopes or (
-            "approvals:decide" in principal.scopes and principal.tenant == approval.tenant
-        )
-        if not tenant_ok:
-            raise GatewayError(errors.FORBIDDEN, "token lacks scope approvals:decide")
-        approver, via = principal.sub, "jwt"
-    if approval is None:
-        raise GatewayError(errors.NOT_FOUND, "no such approval")
-    if approver == approval.requester:
-        raise GatewayError(
-            errors.FORBIDDEN, "an approver cannot decide their own request", reason="self_approval"
-        )
-    try:
-        approval, token = await desk.decide(
-            approval_id, decision.decision, approver, decision.reason, via
-        )
-    except ApprovalError as exc:
-        if exc.kind == "not_found":
-            raise GatewayError(errors.NOT_FOUND, str(exc)) from None
-        kind = errors.APPROVAL_EXPIRED if exc.kind == "expired" else errors.CONFLICT
-        raise GatewayError(kind, str(exc)) from None
+        approval, token = await decide_as(svc, principal, approval_id, decision, "jwt")
     answer = approval.public()
     if token is not None:
         answer["approval_token"] = token
         answer["run_held"] = svc.settings.approvals.run_held
     return web.json_response(answer)
+
+
+async def decide_as(
+    svc: Services, principal: Principal, approval_id: str, decision: DecisionRequest, via: str
+) -> tuple[Approval, str | None]:
+    """An approver's decision, checked one way for the API and the console."""
+    approval = await svc.approvals.store.get(approval_id)
+    if approval is None or not principal_may_read(principal, approval):
+        raise GatewayError(errors.NOT_FOUND, "no such approval")
+    tenant_ok = "approvals:decide:all" in principal.scopes or (
+        "approvals:decide" in principal.scopes and principal.tenant == approval.tenant
+    )
+    if not tenant_ok:
+        raise GatewayError(errors.FORBIDDEN, "token lacks scope approvals:decide")
+    return await _settle(svc.approvals, approval, principal.sub, decision, via)
+
+
+async def _settle(
+    desk: ApprovalDesk, approval: Approval, approver: str, decision: DecisionRequest, via: str
+) -> tuple[Approval, str | None]:
+    if approver == approval.requester:
+        raise GatewayError(
+            errors.FORBIDDEN, "an approver cannot decide their own request", reason="self_approval"
+        )
+    try:
+        return await desk.decide(approval.id, decision.decision, approver, decision.reason, via)
+    except ApprovalError as exc:
+        if exc.kind == "not_found":
+            raise GatewayError(errors.NOT_FOUND, str(exc)) from None
+        kind = errors.APPROVAL_EXPIRED if exc.kind == "expired" else errors.CONFLICT
+        raise GatewayError(kind, str(exc)) from None
 
 
 def _parse(body: bytes) -> DecisionRequest:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from gateway import errors
@@ -81,26 +83,39 @@ async def get_execution(request: web.Request) -> web.Response:
     return web.json_response(record)
 
 
-async def authenticated(request: web.Request) -> Principal:
+async def authenticated(request: web.Request, ingress: str = "rest") -> Principal:
     """Verify the bearer of a non-pipeline request; a failure is audited like any other."""
     svc = request.app[SERVICES]
     try:
         return await verify_bearer(svc, bearer_token(request))
     except GatewayError as exc:
-        await svc.audit.append(
+        await audit_edge(
+            request,
             "auth.failed",
-            request_id=new_id("req"),
-            execution_id=None,
-            tenant=None,
-            subject=None,
-            ingress="rest",
-            source_ip=request.remote or "",
+            None,
+            ingress,
             path=request.path,
             code=exc.code,
             outcome=exc.kind.outcome,
             message=exc.message,
         )
         raise
+
+
+async def audit_edge(
+    request: web.Request, type_: str, principal: Principal | None, ingress: str, **fields: Any
+) -> None:
+    """A durable record of something an ingress did outside the pipeline."""
+    await request.app[SERVICES].audit.append(
+        type_,
+        request_id=new_id("req"),
+        execution_id=None,
+        tenant=principal.tenant if principal else None,
+        subject=principal.sub if principal else None,
+        ingress=ingress,
+        source_ip=request.remote or "",
+        **fields,
+    )
 
 
 def _wait_param(request: web.Request, max_wait_s: float) -> float:

@@ -20,6 +20,7 @@ from gateway.appkeys import PIPELINE, SERVICES
 from gateway.context import ExecContext
 from gateway.errors import GatewayError, invalid_field
 from gateway.ingress.rest import authenticated, bearer_token, held_body, read_body
+from gateway.mcp_tools import RESULT_KEYS
 from gateway.models import ExecutionRequest, format_validation_errors
 from gateway.pipeline import Pipeline
 from gateway.toolcalls import INGRESS, ToolCall, ToolCallError, parse, render, to_request
@@ -88,26 +89,14 @@ async def _run_one(
     record = await svc.store.get(ctx.execution_id)
     assert record is not None and record["result"] is not None
     result = record["result"]
-    content = {
-        k: result[k]
-        for k in (
-            "execution_id",
-            "status",
-            "exit_code",
-            "stdout",
-            "stderr",
-            "truncated",
-            "duration_ms",
-            "files",
-        )
-    }
+    content = {k: result[k] for k in RESULT_KEYS}
     return call, content, result["status"] != "ok"
 
 
 @routes.post("/v1/tool-calls")
 async def tool_calls(request: web.Request) -> web.Response:
     svc = request.app[SERVICES]
-    await authenticated(request)  # a bad token is one 401, not one error per call
+    await authenticated(request, "tool-calls")  # a bad token is one 401, not one error per call
     body = await read_body(request)
     try:
         payload = json.loads(body)

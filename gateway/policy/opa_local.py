@@ -41,6 +41,7 @@ class LocalOpa:
         self.interval_s = interval_s
         self.url = ""
         self._procs: list[subprocess.Popen[bytes]] = []
+        self._opa_argv: list[str] = []
 
     @property
     def log_path(self) -> Path:
@@ -64,19 +65,34 @@ class LocalOpa:
         bundle_addr = line.split("http://", 1)[1].split("/", 1)[0]
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
+        self._opa_argv = [
+            self.opa, "run", "--server", "--addr", f"127.0.0.1:{port}",
+            "--skip-version-check", "--log-format", "json",
+            "--config-file", str(CONFIG),
+            "--set", f"services.bundles.url=http://{bundle_addr}",
+            # Edits should show quickly here: poll the bundle every second.
+            "--set", "bundles.execgate.polling.min_delay_seconds=1",
+            "--set", "bundles.execgate.polling.max_delay_seconds=1",
+        ]  # fmt: skip
+        self._spawn_opa()
+        self._wait_ready(timeout_s)
+        return self
+
+    def _spawn_opa(self) -> None:
         with self.log_path.open("ab") as opa_log:
             self._procs.append(
-                subprocess.Popen(
-                    [self.opa, "run", "--server", "--addr", f"127.0.0.1:{port}",
-                     "--skip-version-check", "--log-format", "json",
-                     "--config-file", str(CONFIG),
-                     "--set", f"services.bundles.url=http://{bundle_addr}",
-                     # Edits should show quickly here: poll the bundle every second.
-                     "--set", "bundles.execgate.polling.min_delay_seconds=1",
-                     "--set", "bundles.execgate.polling.max_delay_seconds=1"],
-                    stdout=opa_log, stderr=subprocess.STDOUT,
-                )
-            )  # fmt: skip
+                subprocess.Popen(self._opa_argv, stdout=opa_log, stderr=subprocess.STDOUT)
+            )
+
+    def kill_opa(self) -> None:
+        """SIGKILL the OPA process only (fault tests); the bundle server stays."""
+        opa = self._procs.pop()
+        opa.kill()
+        opa.wait()
+
+    def restart_opa(self, timeout_s: float = 30.0) -> LocalOpa:
+        """Start OPA again on the same port, as a supervisor would."""
+        self._spawn_opa()
         self._wait_ready(timeout_s)
         return self
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gateway import errors
+from gateway.admission import tenant_label
 from gateway.context import ExecContext
 from gateway.errors import GatewayError
 from gateway.limits import clamp
@@ -46,9 +47,11 @@ async def admit(ctx: ExecContext, svc: Services) -> None:
         ctx.tenant,
         backend.capabilities.max_limits,
     )
+    label = tenant_label(svc.settings, ctx.principal.tenant)
     try:
-        slot = svc.admission.admit(ctx.principal.tenant, ctx.tenant)
+        slot = await svc.admission.admit(ctx.principal.tenant, ctx.tenant)
     except GatewayError as exc:
-        svc.metrics.rate_limited(ctx.principal.tenant, exc.code)
+        svc.metrics.rate_limited(label, exc.code)
         raise
-    ctx.cleanup.callback(slot.release)
+    ctx.cleanup.push_async_callback(slot.release)
+    svc.metrics.admitted(label)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import time
 
-from backends.base import BackendError, ExecSpec, InputFile
+from backends.base import BackendError, ExecResult, ExecSpec, InputFile
 from gateway import errors
+from gateway.admission import tenant_label
+from gateway.audit import AuditUnavailable
 from gateway.context import ExecContext
+from gateway.egress_credentials import credentials_for
 from gateway.errors import GatewayError
 from gateway.results import render_result
 from gateway.services import Services
@@ -34,6 +40,11 @@ async def dispatch(ctx: ExecContext, svc: Services) -> None:
             errors.BACKEND_UNAVAILABLE, f"sandbox backend {ctx.backend} is out of service: {held}"
         )
     spec = build_spec(ctx)
+    credentials = await credentials_for(svc.settings.egress, ctx.principal.tenant, spec.egress)
+    if not svc.audit.healthy:
+        # The last write failed (disk full?): refuse until the writer's own retry gets
+        # through, rather than gamble that this record happens to fit.
+        raise GatewayError(errors.AUDIT_UNAVAILABLE, f"audit log unavailable: {svc.audit.problem}")
     # Durable before anything runs: an execution the log does not know of never happens.
     await svc.audit.append(
         "execution.started",
@@ -46,15 +57,28 @@ async def dispatch(ctx: ExecContext, svc: Services) -> None:
     svc.store.started(ctx.execution_id, ctx.principal.tenant)
     started = time.perf_counter()
     try:
-        result = await backend.run(spec)
+        result = await backend.run(dataclasses.replace(spec, credentials=credentials))
     except BackendError as exc:
         svc.metrics.observe_execution(ctx.backend, "backend_error", time.perf_counter() - started)
         raise GatewayError(
             errors.BACKEND_UNAVAILABLE, f"sandbox backend {ctx.backend} failed: {exc}"
         ) from None
+    except asyncio.CancelledError:
+        # Shutdown past its grace (or a closing desk): the backend has killed the
+        # sandbox; queued now, synchronously, so the audit log's close still writes it.
+        svc.metrics.observe_execution(ctx.backend, "cancelled", time.perf_counter() - started)
+        reason = "gateway shutting down: killed after the grace period"
+        svc.store.failed(ctx.execution_id, {"code": "cancelled", "message": reason})
+        with contextlib.suppress(AuditUnavailable):  # a closed log: readiness already says so
+            svc.audit.submit(
+                "execution.finished", **ctx.audit_fields(), backend=ctx.backend,
+                status="cancelled", reason=reason,
+            )  # fmt: skip
+        raise
     ctx.result = result
     svc.metrics.observe_execution(ctx.backend, result.status.value, time.perf_counter() - started)
-    svc.admission.charge_cpu(ctx.principal.tenant, result.usage.cpu_ms / 1000)
+    await svc.admission.charge_cpu(ctx.principal.tenant, result.usage.cpu_ms / 1000)
+    svc.metrics.executed(tenant_label(svc.settings, ctx.principal.tenant), result.status.value)
     await svc.audit.append(
         "execution.finished",
         **ctx.audit_fields(),
@@ -69,4 +93,17 @@ async def dispatch(ctx: ExecContext, svc: Services) -> None:
         files=[{"path": f.path, "size": f.size} for f in result.files],
         events=[{"kind": e.kind, "detail": e.detail} for e in result.events],
     )
+    await _record_attempts(ctx, svc, result)
     svc.store.finished(ctx.execution_id, render_result(ctx))
+
+
+async def _record_attempts(ctx: ExecContext, svc: Services, result: ExecResult) -> None:
+    """One `network.attempt` per recorded attempt and one `sandbox.event` per
+    event, durable before the response (both bounded by the backend's record)."""
+    fields = {**ctx.audit_fields(), "backend": ctx.backend}
+    await asyncio.gather(
+        *(svc.audit.submit("network.attempt", **fields, **dataclasses.asdict(a))
+          for a in result.network),
+        *(svc.audit.submit("sandbox.event", **fields, **dataclasses.asdict(e))
+          for e in result.events),
+    )  # fmt: skip

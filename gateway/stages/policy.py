@@ -49,6 +49,8 @@ async def decide(ctx: ExecContext, svc: Services) -> None:
             "policy.decided",
             **ctx.audit_fields(),
             decision_id=decision_id,
+            ingress=ctx.ingress,
+            tool_name=ctx.tool_name,
             policy_revision=decision.revision,
             allow=decision.allow,
             deny=list(decision.deny),

@@ -26,7 +26,7 @@ def policy_input(ctx: ExecContext, usage: dict[str, Any]) -> dict[str, Any]:
             {"path": f.path, "bytes": len(content), "sha256": hashlib.sha256(content).hexdigest()}
         )
     requested = request.limits.model_dump(exclude_none=True)
-    return {
+    document: dict[str, Any] = {
         "version": INPUT_VERSION,
         "request": {
             "id": ctx.request_id,
@@ -60,8 +60,13 @@ def policy_input(ctx: ExecContext, usage: dict[str, Any]) -> dict[str, Any]:
         "analysis": ctx.analysis or {"parsed": False, "imports": [], "calls": [], "features": []},
         "approval": ctx.approval or {"present": False},
     }
+    if ctx.tool_call is not None:
+        # A non-code tool: `execution.language` is "tool" and its code the arguments.
+        document["tool"] = ctx.tool_call
+    return document
 
 
 async def build_input(ctx: ExecContext, svc: Services) -> None:
-    assert ctx.principal is not None
-    ctx.policy_input = policy_input(ctx, svc.admission.usage(ctx.principal.tenant))
+    assert ctx.principal is not None and ctx.tenant is not None
+    usage = await svc.admission.usage(ctx.principal.tenant, ctx.tenant)
+    ctx.policy_input = policy_input(ctx, usage)

@@ -131,6 +131,11 @@ async def test_without_a_pool_containers_are_made_on_demand() -> None:
 async def test_close_kills_running_executions() -> None:
     backend = await start_docker_backend(DockerBackend(DockerSettings(pool_size=1)))
     task = asyncio.ensure_future(run(backend, "bash", "sleep 30", timeout_s=30))
+    # Running, not still being made (making one may take a while on a busy host).
+    for _ in range(600):
+        if backend.running_sandboxes:
+            break
+        await asyncio.sleep(0.05)
     await asyncio.sleep(0.5)
     await backend.close()
     result = await task
@@ -157,7 +162,9 @@ async def test_containers_are_hardened_as_the_engine_sees_them() -> None:
         assert sorted(config["Env"]) == sorted(
             ["PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace", "LANG=C.UTF-8"]
         )
-        assert config["NetworkDisabled"] is True
+        # Not "disabled": the gateway furnishes the `none` network (backends/egress/).
+        assert not config.get("NetworkDisabled")
+        assert host["Dns"] == ["127.0.0.53"]  # the gateway's recording resolver
         assert config["Labels"]["execgate.instance"] == backend.instance.id
         assert host["NetworkMode"] == "none"
         assert host["ReadonlyRootfs"] is True

@@ -82,10 +82,37 @@ async def test_forged_frames_only_spoil_the_own_result(backend: GvisorBackend) -
 
 async def test_refuses_to_start_without_runsc() -> None:
     # The same backend pointed at runc must notice it is not on gVisor.
-    settings = GvisorSettings(runtime="runc", pids_limit_mode="cgroup", pool_size=0)
+    settings = GvisorSettings(
+        runtime="runc", egress_runtime="runc", pids_limit_mode="cgroup", pool_size=0
+    )
     backend = GvisorBackend(settings)
     try:
         with pytest.raises(BackendError, match="gVisor not in use"):
             await backend.start()
     finally:
         await backend.close()
+
+
+async def test_no_way_out_without_egress(backend: GvisorBackend) -> None:
+    # Controlled egress (tests/backends/test_gvisor_egress.py); with nothing allowed, a
+    # direct connect stops at the gateway's sinkhole, recorded.
+    assert backend.capabilities.egress
+    code = (
+        "import socket\n"
+        "try:\n"
+        "    socket.create_connection(('198.51.100.7', 4444), timeout=5)\n"
+        "    print('connected')\n"
+        "except OSError:\n"
+        "    print('blocked')\n"
+    )
+    result = await run(backend, "python", code)
+    assert lines(result) == ["blocked"]
+    assert [(a.kind, a.host, a.port, a.verdict) for a in result.network] == [
+        ("tcp", "198.51.100.7", 4444, "blocked")
+    ]
+
+
+async def test_without_the_egress_runtime_there_is_no_egress() -> None:
+    # No network at all then (runsc --network=none), and a decision with egress is refused.
+    assert not GvisorBackend(GvisorSettings(egress_runtime="")).capabilities.egress
+    assert GvisorBackend(GvisorSettings()).capabilities.egress

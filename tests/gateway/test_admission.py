@@ -1,63 +1,161 @@
+"""Admission against both states: the in-process one and a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
 import pytest
 
-from gateway.admission import Admission
+from gateway.admission import Admission, policy_header
 from gateway.errors import GatewayError
-from gateway.settings import TenantSettings
+from gateway.settings import AdmissionSettings, TenantSettings
+from gateway.state.memory import MemoryState
+from gateway.state.redis_state import RedisState
+from tests.redis_server import RedisServer, redis_server  # noqa: F401
+
+# An interval of 1000 s: nothing refills while a test runs, so no test waits on time.
+SLOW = {"rate_per_s": 0.001}
 
 
 class Clock:
     def __init__(self) -> None:
-        self.now = 1000.0
+        self.now = 1_000_000.0
 
     def __call__(self) -> float:
         return self.now
 
 
-def test_burst_then_rate() -> None:
-    clock = Clock()
-    adm = Admission(clock)
-    limits = TenantSettings(rate_per_s=2, burst=3, max_concurrent=100)
+@pytest.fixture(params=["memory", "redis"])
+async def admission(request: pytest.FixtureRequest) -> AsyncIterator[Admission]:
+    if request.param == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        state = RedisState(server.url)
+    else:
+        state = MemoryState()
+    adm = Admission(state, AdmissionSettings(max_concurrent_executions=4, queue_timeout_s=0.3))
+    await adm.start()
+    yield adm
+    await adm.close()
+
+
+async def test_burst_then_refused_with_headers(admission: Admission) -> None:
+    limits = TenantSettings(**SLOW, burst=3, max_concurrent=100)
     for _ in range(3):
-        adm.admit("t", limits).release()
+        await (await admission.admit("t", limits)).release()
     with pytest.raises(GatewayError) as exc:
-        adm.admit("t", limits)
-    assert exc.value.code == "rate_limited"
-    assert int(exc.value.headers["Retry-After"]) >= 1
-    assert "RateLimit" in exc.value.headers and "RateLimit-Policy" in exc.value.headers
-    clock.now += 0.5
-    adm.admit("t", limits).release()
+        await admission.admit("t", limits)
+    assert exc.value.code == "rate_limited" and exc.value.status == 429
+    headers = exc.value.headers
+    assert int(headers["Retry-After"]) >= 900
+    assert headers["RateLimit"] == f'"rate";r=0;t={headers["Retry-After"]}'
+    assert headers["RateLimit-Policy"] == policy_header(limits)
+    assert '"rate";q=3;w=3000' in headers["RateLimit-Policy"]
 
 
-def test_tenants_do_not_share_rate() -> None:
-    adm = Admission(Clock())
-    limits = TenantSettings(rate_per_s=1, burst=1)
-    adm.admit("a", limits).release()
-    adm.admit("b", limits).release()
+async def test_tenants_do_not_share_rate(admission: Admission) -> None:
+    limits = TenantSettings(**SLOW, burst=1)
+    await (await admission.admit("a", limits)).release()
+    await (await admission.admit("b", limits)).release()
     with pytest.raises(GatewayError):
-        adm.admit("a", limits)
+        await admission.admit("a", limits)
 
 
-def test_concurrency_slots_and_idempotent_release() -> None:
-    adm = Admission(Clock())
+async def test_concurrency_leases_and_idempotent_release(admission: Admission) -> None:
     limits = TenantSettings(rate_per_s=1000, burst=1000, max_concurrent=2)
-    one, two = adm.admit("t", limits), adm.admit("t", limits)
+    one, two = await admission.admit("t", limits), await admission.admit("t", limits)
     with pytest.raises(GatewayError, match="concurrent"):
-        adm.admit("t", limits)
-    one.release()
-    one.release()
-    assert adm.usage("t")["concurrent"] == 1
-    adm.admit("t", limits)
-    two.release()
+        await admission.admit("t", limits)
+    await one.release()
+    await one.release()
+    assert (await admission.usage("t", limits))["concurrent"] == 1
+    await (await admission.admit("t", limits)).release()
+    await two.release()
+    assert (await admission.usage("t", limits))["concurrent"] == 0
 
 
-def test_cpu_quota_over_a_rolling_hour() -> None:
-    clock = Clock()
-    adm = Admission(clock)
-    limits = TenantSettings(rate_per_s=1000, burst=1000, cpu_s_per_hour=10)
-    adm.charge_cpu("t", 10.5)
+async def test_executions_per_day(admission: Admission) -> None:
+    limits = TenantSettings(rate_per_s=1000, burst=1000, executions_per_day=2)
+    for _ in range(2):
+        await (await admission.admit("t", limits)).release()
     with pytest.raises(GatewayError) as exc:
-        adm.admit("t", limits)
-    assert exc.value.code == "quota_exceeded"
+        await admission.admit("t", limits)
+    assert exc.value.code == "quota_exceeded" and exc.value.headers["RateLimit"].startswith('"day"')
+    assert 1 <= int(exc.value.headers["Retry-After"]) <= 86400
+    assert (await admission.usage("t", limits))["executions_today"] == 2
+
+
+async def test_cpu_seconds_charged_from_measured_usage(admission: Admission) -> None:
+    limits = TenantSettings(rate_per_s=1000, burst=1000, cpu_s_per_hour=10)
+    await admission.charge_cpu("t", 4.25)
+    await admission.charge_cpu("t", 6.0)
+    assert (await admission.usage("t", limits))["cpu_s_last_hour"] == 10.25
+    with pytest.raises(GatewayError) as exc:
+        await admission.admit("t", limits)
+    assert exc.value.code == "quota_exceeded" and exc.value.headers["RateLimit"].startswith('"cpu"')
+    assert 1 <= int(exc.value.headers["Retry-After"]) <= 3600
+
+
+async def test_a_refusal_spends_nothing(admission: Admission) -> None:
+    """Refused on concurrency: the rate token and the day count stay unspent."""
+    limits = TenantSettings(**SLOW, burst=2, max_concurrent=1, executions_per_day=5)
+    held = await admission.admit("t", limits)
+    for _ in range(5):
+        with pytest.raises(GatewayError, match="concurrent"):
+            await admission.admit("t", limits)
+    await held.release()
+    await (await admission.admit("t", limits)).release()
+    assert (await admission.usage("t", limits))["executions_today"] == 2
+
+
+async def test_global_cap_goes_to_the_tenant_holding_fewest(admission: Admission) -> None:
+    """A flooding tenant holds every global slot; as slots free up, the tenant that
+    waits with fewer slots gets them, so the flood cannot starve it."""
+    limits = TenantSettings(rate_per_s=1000, burst=1000, max_concurrent=100)
+    flood = [await admission.admit("flood", limits) for _ in range(4)]
+    flood_waiters = [asyncio.create_task(admission.admit("flood", limits)) for _ in range(6)]
+    await asyncio.sleep(0.05)
+    quiet = asyncio.create_task(admission.admit("quiet", limits))
+    await asyncio.sleep(0.05)
+    assert not quiet.done()
+    await flood[0].release()
+    slot = await asyncio.wait_for(quiet, 5)
+    assert slot.tenant == "quiet"
+    assert not any(t.done() for t in flood_waiters)
+    await slot.release()
+    for held in flood[1:]:
+        await held.release()
+    results = await asyncio.gather(*flood_waiters, return_exceptions=True)
+    for result in results:
+        if not isinstance(result, BaseException):
+            await result.release()
+
+
+async def test_queue_times_out_cleanly(admission: Admission) -> None:
+    limits = TenantSettings(rate_per_s=1000, burst=1000, max_concurrent=100)
+    held = [await admission.admit("a", limits) for _ in range(4)]
+    with pytest.raises(GatewayError) as exc:
+        await admission.admit("b", limits)
+    assert exc.value.code == "queue_timeout" and exc.value.status == 503
+    assert "Retry-After" in exc.value.headers
+    # The refused request holds no tenant lease either.
+    assert (await admission.usage("b", limits))["concurrent"] == 0
+    for slot in held:
+        await slot.release()
+    await (await admission.admit("b", limits)).release()
+
+
+async def test_memory_windows_roll_over() -> None:
+    clock = Clock()
+    adm = Admission(MemoryState(clock))
+    limits = TenantSettings(rate_per_s=1000, burst=1000, cpu_s_per_hour=10, executions_per_day=1)
+    await adm.charge_cpu("t", 10.5)
+    with pytest.raises(GatewayError, match="CPU"):
+        await adm.admit("t", limits)
     clock.now += 3601
-    assert adm.usage("t")["cpu_s_last_hour"] == 0
-    adm.admit("t", limits).release()
+    assert (await adm.usage("t", limits))["cpu_s_last_hour"] == 0
+    await (await adm.admit("t", limits)).release()
+    with pytest.raises(GatewayError, match="per day"):
+        await adm.admit("t", limits)
+    clock.now += 86400
+    await (await adm.admit("t", limits)).release()

@@ -18,7 +18,7 @@ async def test_healthz_and_readyz(client: TestClient) -> None:
     resp = await client.get("/readyz")
     body = await resp.json()
     assert resp.status == 200, body
-    assert set(body["checks"]) == {"policy", "backend:nsjail", "audit"}
+    assert set(body["checks"]) == {"policy", "backend:nsjail", "state", "audit"}
 
 
 async def test_metrics_count_requests(client: TestClient, token: Callable[..., str]) -> None:

@@ -167,4 +167,5 @@ async def test_bad_token_is_recorded_as_auth_failed(svc: Services) -> None:
 async def test_concurrency_slot_is_released_after_the_run(svc: Services) -> None:
     for _ in range(10):
         await Pipeline(svc).run(context({"language": "python", "code": "1"}))
-    assert svc.admission.usage("acme")["concurrent"] == 0
+    usage = await svc.admission.usage("acme", svc.settings.tenant("acme"))
+    assert usage["concurrent"] == 0

@@ -72,6 +72,11 @@ def corpus() -> list[dict[str, Any]]:
         patched(execution={"language": "bash"}, subject={"scopes": ["exec:python"]}),
         patched(tenant={"languages": ["bash"]}),
         patched(execution={"language": "ruby"}),
+        patched(
+            execution={"language": "tool"}, tool={"name": "echo"}, subject={"scopes": ["tool:*"]}
+        ),
+        patched(execution={"language": "tool"}, tool={"name": 7}, tenant={"id": "globex"}),
+        patched(execution={"language": "tool"}, tool="junk", subject={"scopes": ["tool:"]}),
         patched(execution={"limits": {"timeout_s": 300, "memory_mb": 4096, "cpus": 8}}),
         patched(execution={"limits": {"pids": 9}}, tenant={"ceilings": {"pids": 10}}),
         patched(execution={"limits": {"pids": 10}}, tenant={"ceilings": {"pids": 9}}),

@@ -27,6 +27,9 @@ class WeakFactory(SandboxFactory):
 
     def argv(self, sandbox: Sandbox) -> list[str]:
         args = super().argv(sandbox)
+        # Not into the gateway's boundary namespace: nsjail stays in the host's.
+        at = args.index(self.nsenter)
+        del args[at : at + 3]
         at = args.index("--seccomp_policy")
         del args[at : at + 2]
         s = self.settings
@@ -77,6 +80,8 @@ def weaken(backend: DockerBackend, canary_dir: Path) -> DockerBackend:
     engine = WeakEngine(s.docker_host, s.engine_threads, s.engine_timeout_s)
     engine.canary_dir = canary_dir
     backend.engine = engine
+    # On the host network there is no sandbox namespace to furnish (boundary.py refuses).
+    backend.network_boundary = False
     return backend
 
 

@@ -29,6 +29,13 @@ TYPICAL_OBLIGATIONS = {
     "egress": [],
 }
 
+TOOL_EXEC = {"language": "tool", "code": '{"text":"hi"}', "backend": None, "limits": {}}
+
+
+def tool(name: str) -> dict[str, Any]:
+    return {"name": name, "server": "upstream", "arguments": {"text": "hi"}}
+
+
 # (id, input, the decision's keys that must have exactly these values)
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
@@ -112,6 +119,37 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         "empty-input",
         {},
         {"allow": False, "obligations": {"egress": []}},
+    ),
+    # Guarded upstream tools (policies/tools.rego): language "tool" and a `tool` object.
+    (
+        "tool-allowed",
+        patched(execution=TOOL_EXEC, subject={"scopes": ["tool:echo"]}, tool=tool("echo")),
+        {"allow": True, "deny": []},
+    ),
+    (
+        "tool-without-scope",
+        patched(execution=TOOL_EXEC, subject={"scopes": ["exec:python"]}, tool=tool("echo")),
+        {"allow": False, "deny": ["subject lacks scope tool:echo"]},
+    ),
+    (
+        "tool-not-listed",
+        patched(
+            execution=TOOL_EXEC,
+            subject={"scopes": ["tool:*"]},
+            tenant={"id": "initech"},
+            tool=tool("send_email"),
+        ),
+        {"allow": False, "deny": ["tool send_email is not allowed for tenant initech"]},
+    ),
+    (
+        "tool-needs-approval",
+        patched(
+            execution=TOOL_EXEC,
+            subject={"scopes": ["tool:send_email"]},
+            tenant={"id": "globex"},
+            tool=tool("send_email"),
+        ),
+        {"allow": False, "deny": [], "require_approval": True},
     ),
 ]
 

@@ -1,0 +1,73 @@
+"""One sandbox's egress: its boundary served on the event loop, its record.
+
+Made ahead with the sandbox (the namespace is furnished off the request's
+path), armed with the request's egress list and credentials at launch,
+finished after the run: the record is taken and everything is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from backends.base import Credential, NetworkAttempt, SandboxEvent
+from backends.egress.boundary import BoundaryFds
+from backends.egress.proxy import EgressProxy
+from backends.egress.record import NetworkRecord
+from backends.egress.recorder import BoundaryRecorder
+from backends.egress.resolver import Resolver
+
+
+class EgressSession:
+    def __init__(self, fds: BoundaryFds) -> None:
+        self.fds = fds
+        self.record = NetworkRecord()
+        self.proxy = EgressProxy(self.record)
+        self.recorder = BoundaryRecorder(fds.tun, self.record)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._resolver: asyncio.BaseTransport | None = None
+        self._stopped = False
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        loop.add_reader(self.fds.tun, self.recorder.drain)
+        self._server = await asyncio.start_server(self.proxy.handle, sock=self.fds.proxy)
+        self._resolver, _ = await loop.create_datagram_endpoint(
+            lambda: Resolver(self.record), sock=self.fds.resolver
+        )
+
+    def arm(self, egress: tuple[str, ...], credentials: tuple[Credential, ...]) -> None:
+        self.proxy.arm(egress, credentials)
+
+    async def finish(self) -> tuple[tuple[NetworkAttempt, ...], tuple[SandboxEvent, ...]]:
+        """Stop everything and hand over the record (and a note if it overflowed)."""
+        if not self._stopped:
+            self.recorder.drain()  # what the last moments of the run sent
+        await self.stop()
+        events: tuple[SandboxEvent, ...] = ()
+        if self.record.dropped:
+            detail = f"{self.record.dropped} further network attempts not recorded"
+            events = (SandboxEvent("network_record_full", detail),)
+        return tuple(self.record.entries), events
+
+    async def stop(self) -> None:
+        """Stop serving and close the namespace's descriptors (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._loop is not None:
+            self._loop.remove_reader(self.fds.tun)
+        if self._server is not None:
+            self._server.close()
+        self.proxy.close_all()
+        if self._resolver is not None:
+            self._resolver.close()
+        await asyncio.sleep(0)  # let the transports' close callbacks run
+        self.fds.close()
+
+    def close_unstarted(self) -> None:
+        """For a session whose sandbox failed before it was started (blocking ok)."""
+        if self._loop is None:
+            self._stopped = True
+            self.fds.close()
