@@ -36,6 +36,7 @@ from gateway.ops import OPENAPI, openapi_document
 from gateway.ops import routes as ops_routes
 from gateway.pipeline import Pipeline
 from gateway.policy.base import PolicyEngine
+from gateway.recovery import recover
 from gateway.services import Services
 from gateway.settings import Settings
 from gateway.state import StateUnavailable, make_state
@@ -80,6 +81,8 @@ async def build_services(settings: Settings, stack: AsyncExitStack) -> Services:
 
     try:
         services = await _start_components(settings, audit, stack)
+        # Before gateway.started: that record says everything before it is accounted for.
+        await recover(audit, services.store)
     except Exception as exc:
         # The operator's first question after a failed start: what, and when.
         await audit.append(

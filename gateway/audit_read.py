@@ -8,6 +8,7 @@ that does not parse is skipped with a warning.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from os import PathLike
 from typing import Any, BinaryIO
+
+from gateway.audit_reverse import end_before_seq, lines_newest_first
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,8 @@ class AuditFilter:
     execution_id: str | None = None
     since: str | None = None  # from normalise_since
     after_seq: int = 0
+    before_seq: int = 0  # 0: no bound
+    until: str | None = None  # from normalise_since
 
     def matches(self, record: dict[str, Any]) -> bool:
         return (
@@ -70,7 +75,9 @@ class AuditFilter:
             and (self.tenant is None or record.get("tenant") == self.tenant)
             and (self.execution_id is None or record.get("execution_id") == self.execution_id)
             and (self.since is None or str(record.get("ts", "")) >= self.since)
+            and (self.until is None or str(record.get("ts", "")) <= self.until)
             and (not self.after_seq or _seq(record) > self.after_seq)
+            and (not self.before_seq or _seq(record) < self.before_seq)
         )
 
     def needles(self) -> list[bytes]:
@@ -88,7 +95,9 @@ def _seq(record: dict[str, Any]) -> int:
     return seq if isinstance(seq, int) else 0
 
 
-def _records(lines: Iterator[tuple[int, bytes]], filt: AuditFilter) -> Iterator[dict[str, Any]]:
+def _records(
+    lines: Iterator[tuple[int, bytes]], filt: AuditFilter, where: str = "line"
+) -> Iterator[dict[str, Any]]:
     needles = filt.needles()
     for lineno, raw in lines:
         if any(needle not in raw for needle in needles):
@@ -96,7 +105,7 @@ def _records(lines: Iterator[tuple[int, bytes]], filt: AuditFilter) -> Iterator[
         try:
             record = decode_line(raw)
         except ValueError as exc:
-            log.warning("audit log line %d skipped: %s", lineno, exc)
+            log.warning("audit log %s %d skipped: %s", where, lineno, exc)
             continue
         if filt.matches(record):
             yield record
@@ -111,9 +120,15 @@ def _complete_lines(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
 
 
 def query_sync(
-    path: str | PathLike[str], filt: AuditFilter, *, limit: int, newest: bool = False
+    path: str | PathLike[str],
+    filt: AuditFilter,
+    *,
+    limit: int,
+    newest: bool = False,
+    descending: bool = False,
 ) -> list[dict[str, Any]]:
-    """Up to `limit` matching records in seq order: the first ones, or the last if `newest`."""
+    """Up to `limit` matching records: the first ones in seq order; with `newest`, the last
+    ones (read backwards from the end), in seq order, or newest first with `descending`."""
     if limit <= 0:
         raise ValueError("limit must be positive")
     try:
@@ -121,15 +136,13 @@ def query_sync(
     except FileNotFoundError:
         return []
     with f:
-        records = _records(_complete_lines(f), filt)
-        if newest:
-            return list(deque(records, maxlen=limit))
-        out = []
-        for record in records:
-            out.append(record)
-            if len(out) >= limit:
-                break
-        return out
+        if newest or descending:
+            end = end_before_seq(f, filt.before_seq) if filt.before_seq else None
+            records = _records(lines_newest_first(f, end=end), filt, where="byte")
+        else:
+            records = _records(_complete_lines(f), filt)
+        out = list(itertools.islice(records, limit))
+    return out[::-1] if newest and not descending else out
 
 
 async def query(
@@ -140,15 +153,29 @@ async def query(
     since: str | datetime | None = None,
     execution_id: str | None = None,
     after_seq: int = 0,
+    before_seq: int = 0,
+    until: str | datetime | None = None,
     limit: int = 100,
     newest: bool = False,
+    descending: bool = False,
 ) -> list[dict[str, Any]]:
-    """Records for `GET /v1/audit`; reads the file in a thread. ValueError for a bad `since`.
+    """Records for `GET /v1/audit`; reads the file in a thread. ValueError for a bad time.
 
-    Page forward with `after_seq` = the last seq of the previous page.
+    Page forward with `after_seq` = the last seq of the previous page; newest first
+    (`descending`) page back with `before_seq` = the last seq of the previous page.
     """
-    filt = AuditFilter(type, tenant, execution_id, normalise_since(since), after_seq)
-    return await asyncio.to_thread(query_sync, path, filt, limit=limit, newest=newest)
+    filt = AuditFilter(
+        type,
+        tenant,
+        execution_id,
+        normalise_since(since),
+        after_seq,
+        before_seq,
+        normalise_since(until),
+    )
+    return await asyncio.to_thread(
+        query_sync, path, filt, limit=limit, newest=newest, descending=descending
+    )
 
 
 def tail(

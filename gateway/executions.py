@@ -117,6 +117,24 @@ class ExecutionStore:
             self._remember(record)
         self._finish(execution_id, status, error=error)
 
+    async def lost(
+        self, execution_id: str, tenant: str, created_at: str, error: dict[str, Any]
+    ) -> None:
+        """End, durably, a record a killed predecessor never finished (gateway/recovery.py)."""
+        record = await self._call(self._read, execution_id)
+        if record is not None and record["status"] in ("done", "failed"):
+            return  # its outcome is known
+        record = record or {
+            "execution_id": execution_id,
+            "tenant": tenant,
+            "created_at": created_at,
+            "result": None,
+        }
+        record.update(status="failed", finished_at=rfc3339(utc_now()), error=error)
+        self._remember(record)
+        if self._db is not None:
+            await self._call(self._write, record)
+
     def _persist(self, record: dict[str, Any]) -> None:
         if self._db is not None:
             fut = asyncio.ensure_future(self._call(self._write, dict(record)))

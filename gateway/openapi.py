@@ -190,11 +190,13 @@ def build_openapi(version: str) -> dict[str, Any]:
                             ("since", "string"),
                             ("execution_id", "string"),
                             ("after_seq", "integer"),
+                            ("order", "string"),
+                            ("before", "integer"),
                             ("limit", "integer"),
                         )
                     ],
                     "responses": {
-                        "200": {"description": "{records: [...], next_after_seq}"},
+                        "200": {"description": "{records, next_after_seq} (desc: next_before)"},
                         "400": _error("invalid_request"),
                         "401": _error("unauthenticated"),
                         "403": _error("forbidden"),

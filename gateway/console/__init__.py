@@ -15,6 +15,7 @@ from gateway.console import approvals_page, audit_page, health_page, signin, sto
 from gateway.console.chain import CHAIN, ChainStatus
 from gateway.console.guard import console_middleware
 from gateway.console.session import SESSIONS, SessionStore
+from gateway.console.throttle import THROTTLE, SignInThrottle
 
 PREFIX = "/console"
 _TYPES = {".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
@@ -42,6 +43,7 @@ async def _asset(request: web.Request) -> web.Response:
 def create_console_app() -> web.Application:
     app = web.Application(middlewares=[console_middleware])
     app[SESSIONS] = SessionStore()
+    app[THROTTLE] = SignInThrottle()
     app[CHAIN] = ChainStatus()
     app[ASSETS] = _load_assets()
     app.router.add_get("/static/{name}", _asset)

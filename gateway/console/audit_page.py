@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
 from gateway import errors
 from gateway.appkeys import SERVICES
-from gateway.audit_read import normalise_since, query
+from gateway.audit_read import query
 from gateway.console import html
 from gateway.console.chain import CHAIN
 from gateway.console.guard import require
@@ -27,6 +28,7 @@ READ = ("audit:read", "audit:read:all")
 PAGE_RECORDS = 200
 # Shown in a record's heading line, not again in its field table.
 HEAD = ("seq", "ts", "type", "hash", "prev_hash", "tenant", "execution_id")
+FILTERS = ("tenant", "type", "execution_id", "since", "until")
 
 
 def _tenant_scope(session: Session, wanted: str | None) -> str | None:
@@ -91,26 +93,45 @@ def _filters(session: Session, q: dict[str, str]) -> str:
     )
 
 
+def _cursor(q: dict[str, str]) -> int:
+    raw = q.get("before", "")
+    if not raw:
+        return 0
+    if not raw.isdigit() or len(raw) > 18:
+        raise GatewayError(errors.INVALID_REQUEST, "before: not a record seq")
+    return int(raw)
+
+
+def _older_link(q: dict[str, str], records: list[dict[str, Any]]) -> str:
+    # A full page may have more behind it; the cursor is the last shown record's seq.
+    if len(records) < PAGE_RECORDS or not isinstance(records[-1].get("seq"), int):
+        return ""
+    params = {k: v for k, v in q.items() if k in FILTERS and v}
+    params["before"] = str(records[-1]["seq"])
+    href = html.esc("/console/audit?" + urlencode(params))
+    return f'<p class="pager"><a href="{href}" rel="next">Older records →</a></p>'
+
+
 @routes.get("/audit")
 async def audit_page(request: web.Request) -> web.Response:
     session = require(request, *READ)
     q = {k: v.strip() for k, v in request.query.items() if isinstance(v, str)}
     tenant = _tenant_scope(session, q.get("tenant"))
+    before = _cursor(q)
     try:
-        until = normalise_since(q.get("until"))
         records = await query(
             request.config_dict[SERVICES].settings.audit.path,
             tenant=tenant,
             type=q.get("type") or None,
             since=q.get("since") or None,
+            until=q.get("until") or None,
             execution_id=q.get("execution_id") or None,
+            before_seq=before,
             limit=PAGE_RECORDS,
-            newest=True,
+            descending=True,
         )
     except ValueError as exc:
         raise GatewayError(errors.INVALID_REQUEST, str(exc)) from None
-    if until is not None:
-        records = [r for r in records if str(r.get("ts", "")) <= until]
     rows = [
         [
             html.esc(r.get("seq")),
@@ -121,10 +142,12 @@ async def audit_page(request: web.Request) -> web.Response:
             html.value(r.get("subject")),
             f'<span class="summary">{_summary(r)}</span>',
         ]
-        for r in reversed(records)
+        for r in records
     ]
     body = await chain_box(request) + _filters(session, q)
-    body += f'<p class="muted">Newest first; at most {PAGE_RECORDS} records.</p>'
+    where = f"Older than seq {before}, newest first" if before else "Newest first"
+    body += f'<p class="muted">{where}; {PAGE_RECORDS} records a page.</p>'
     headers = ["seq", "time", "type", "tenant", "execution", "subject", "details"]
     body += html.table(headers, rows, "audit") if rows else '<p class="muted">No records.</p>'
+    body += _older_link(q, records)
     return html.page("Audit trail", body, session, active="/console/audit")

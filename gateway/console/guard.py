@@ -79,14 +79,18 @@ async def form_of(request: web.Request, session: Session | None) -> dict[str, st
     return form
 
 
-def _error_page(request: web.Request, status: int, message: str) -> web.Response:
+def _error_page(
+    request: web.Request, status: int, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
     # Only the refusal itself: a 403 carries no data of the page it refuses.
     session = session_of(request)
     body = f'<p class="error">{html.esc(message)}</p>'
     if session is None:
         body += '<p><a href="/console/signin">Sign in</a></p>'
-    titles = {401: "Not signed in", 403: "Forbidden", 404: "Not found"}
-    return html.page(titles.get(status, "Error"), body, session, status=status)
+    titles = {401: "Not signed in", 403: "Forbidden", 404: "Not found", 429: "Too many attempts"}
+    response = html.page(titles.get(status, "Error"), body, session, status=status)
+    response.headers.update(headers or {})
+    return response
 
 
 @web.middleware
@@ -96,7 +100,7 @@ async def console_middleware(request: web.Request, handler: Handler) -> web.Stre
     except SignInRequired:
         response = html.redirect("/console/signin")
     except GatewayError as exc:
-        response = _error_page(request, exc.status, exc.message)
+        response = _error_page(request, exc.status, exc.message, exc.headers)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

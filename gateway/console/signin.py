@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from aiohttp import web
 
 from gateway import errors
@@ -14,6 +16,7 @@ from gateway.console.session import (
     COOKIE_PATH,
     SESSIONS,
 )
+from gateway.console.throttle import THROTTLE, source_key
 from gateway.errors import GatewayError
 from gateway.tokens import MAX_TOKEN_BYTES, AuthError
 
@@ -53,6 +56,11 @@ _FORM = (
 async def signin(request: web.Request) -> web.Response:
     svc = request.config_dict[SERVICES]
     form = await form_of(request, None)
+    throttle, source = request.app[THROTTLE], source_key(request.remote)
+    await _refuse_if_throttled(request, source)
+    # Charged before the first await, refunded on success: concurrent guesses from one
+    # source cannot all pass the check while their verifications are in flight.
+    throttle.failed(source)
     token = form.get("token", "").strip()
     if not token or len(token) > MAX_TOKEN_BYTES:
         raise GatewayError(errors.UNAUTHENTICATED, "paste a token to sign in")
@@ -69,6 +77,7 @@ async def signin(request: web.Request) -> web.Response:
             reason="no_console_scope",
         )
         raise GatewayError(errors.FORBIDDEN, "this token carries no console scope")
+    throttle.refund(source)
     sessions = request.app[SESSIONS]
     # A new identity gets a new session id; an old one in this browser ends here.
     sessions.close(request.cookies.get(COOKIE))
@@ -91,6 +100,23 @@ async def signin(request: web.Request) -> web.Response:
         secure=_secure(request),
     )
     return response
+
+
+async def _refuse_if_throttled(request: web.Request, source: str) -> None:
+    """429 while `source` is over its failed sign-in rate; audited once per spell."""
+    throttle = request.app[THROTTLE]
+    wait_s = math.ceil(throttle.retry_after_s(source))
+    if wait_s <= 0:
+        return
+    if throttle.first_refusal(source):
+        await request.config_dict[SERVICES].audit.append(
+            "console.signin_throttled", source_ip=request.remote, retry_after_s=wait_s
+        )
+    raise GatewayError(
+        errors.RATE_LIMITED,
+        f"too many failed sign-ins from your address; try again in {wait_s} s",
+        headers={"Retry-After": str(wait_s)},
+    )
 
 
 @routes.post("/signout")

@@ -25,6 +25,17 @@ async def leftovers(backend: SandboxBackend) -> list[str]:
 
 
 async def _sandbox_leftovers(backend: SandboxBackend) -> list[str]:
+    found = await _sandbox_leftovers_once(backend)
+    if not found:
+        return found
+    # A sandbox the pool was making while /proc was read (under load that read is
+    # slow) is no residue: only what is still there, and still no sandbox's, after
+    # the backend settles again is reported. A leaked process stays; one that exited
+    # meanwhile left nothing behind.
+    return sorted(set(found) & set(await _sandbox_leftovers_once(backend)))
+
+
+async def _sandbox_leftovers_once(backend: SandboxBackend) -> list[str]:
     settle = getattr(backend, "wait_settled", None)
     if settle is not None:
         try:
@@ -47,12 +58,13 @@ async def _sandbox_leftovers(backend: SandboxBackend) -> list[str]:
         return []
     parent = "/" + str(getattr(settings, "cgroup_parent", "execgate")).strip("/") + "/"
     strays = await asyncio.to_thread(_processes_outside, uid, frozenset(ready), prefix, parent)
-    return [f"process {pid} ({name}) of the sandbox uid left behind" for pid, name in strays]
+    return [f"process {pid} ({name}) of the sandbox uid left behind, in {where}"
+            for pid, name, where in strays]  # fmt: skip
 
 
 def _processes_outside(
     uid: int, keep: frozenset[str], prefix: str, parent: str
-) -> list[tuple[int, str]]:
+) -> list[tuple[int, str, str]]:
     """Processes of the sandbox uid in a finished sandbox of this instance, or in
     no sandbox cgroup at all. Another gateway's sandboxes (same uid, own prefix)
     are that gateway's business."""
@@ -68,6 +80,10 @@ def _processes_outside(
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         if uid not in {int(u) for u in fields.get("Uid", "").split()}:
             continue
+        # A killed sandbox process that its new parent has not reaped yet: dead, it
+        # runs nothing and holds nothing, and the kernel lists it in the root cgroup.
+        if fields.get("State", "").strip()[:1] in ("Z", "X") or _exiting(entry.path):
+            continue
         paths = [line.split(":", 2)[-1] for line in cgroup.splitlines()]
         names = {path.rsplit("/", 1)[-1] for path in paths}
         if names & keep:
@@ -75,5 +91,19 @@ def _processes_outside(
         ours = any(name.startswith(prefix) for name in names)
         in_a_sandbox = any(parent in path + "/" for path in paths)
         if ours or not in_a_sandbox:
-            found.append((int(entry.name), fields.get("Name", "").strip()))
+            where = ",".join(sorted(set(paths))) or "no cgroup"
+            found.append((int(entry.name), fields.get("Name", "").strip(), where))
     return found
+
+
+PF_EXITING = 0x4
+
+
+def _exiting(proc_dir: str) -> bool:
+    """Killed and on its way out: the kernel has already moved it to the root cgroup."""
+    try:
+        stat = Path(proc_dir, "stat").read_text()
+    except OSError:
+        return True  # gone
+    flags = int(stat.rsplit(")", 1)[1].split()[6])
+    return bool(flags & PF_EXITING)

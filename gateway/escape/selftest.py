@@ -51,12 +51,15 @@ class SelfTest:
         escaped = [f.technique.id for f in result.escaped]
         if escaped:
             self.svc.out_of_service[name] = f"escape self-test: {', '.join(escaped)} escaped"
-            log.error("backend %s taken out of service: %s escaped", name, escaped)
+            # The why, not only the which: an operator acts on the detail.
+            details = {f.technique.id: f.verdict.detail for f in result.escaped}
+            log.error("backend %s taken out of service: escaped %s", name, details)
         await self.svc.audit.append(
             "sandbox.selftest",
             backend=name,
             counts={o.value: result.count(o) for o in Outcome},
             escaped=escaped,
+            escaped_details={f.technique.id: f.verdict.detail for f in result.escaped},
             duration_ms=result.duration_ms,
             out_of_service=bool(escaped),
         )

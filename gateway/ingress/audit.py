@@ -2,6 +2,8 @@
 
 `audit:read` sees its own tenant's records; `audit:read:all` sees every tenant's,
 including records that belong to no tenant (start-up, failed authentication).
+Oldest first, paged with `after_seq`; or `order=desc`: newest first (read backwards
+from the end of the log), paged with `before` = the last seq of the previous page.
 """
 
 from __future__ import annotations
@@ -47,6 +49,12 @@ async def list_audit(request: web.Request) -> web.Response:
         raise GatewayError(errors.FORBIDDEN, "token lacks scope audit:read", scope="audit:read")
     limit = _int_param(request, "limit", 100, MAX_LIMIT)
     after_seq = _int_param(request, "after_seq", 0, 2**62)
+    before = _int_param(request, "before", 0, 2**62)
+    order = request.query.get("order", "asc")
+    if order not in ("asc", "desc"):
+        raise invalid_field("order", "must be asc or desc")
+    if before and order != "desc":
+        raise invalid_field("before", "needs order=desc (page forward with after_seq)")
     try:
         records = await query(
             svc.settings.audit.path,
@@ -55,9 +63,13 @@ async def list_audit(request: web.Request) -> web.Response:
             since=request.query.get("since"),
             execution_id=request.query.get("execution_id"),
             after_seq=after_seq,
+            before_seq=before,
             limit=limit,
+            descending=order == "desc",
         )
     except ValueError as exc:
         raise invalid_field("since", str(exc)) from None
-    next_after = records[-1]["seq"] if len(records) == limit else None
-    return web.json_response({"records": records, "next_after_seq": next_after})
+    more = records[-1]["seq"] if len(records) == limit else None
+    if order == "desc":
+        return web.json_response({"records": records, "next_before": more})
+    return web.json_response({"records": records, "next_after_seq": more})

@@ -62,6 +62,22 @@ async def approval_status(gateway: ServedGateway, approval_id: str) -> str:
         return (await response.json())["status"]
 
 
+async def execution_record(
+    gateway: ServedGateway, execution_id: str, tenant: str = "acme"
+) -> tuple[int, str]:
+    """GET /v1/executions/{id}: (HTTP status, record status or error code)."""
+    headers = {"Authorization": f"Bearer {gateway.token(tenant=tenant)}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{gateway.url}/v1/executions/{execution_id}", headers=headers) as response,
+    ):
+        body = await response.json()
+        if response.status != 200:
+            return response.status, body["error"]["code"]
+        assert body["error"]["code"] == "execution_lost", body
+        return response.status, body["status"]
+
+
 async def test_sigkill_mid_execution_leaves_nothing_behind(
     tmp_path: Path,
     sandbox_ids: dict[str, str],  # noqa: F811
@@ -78,7 +94,11 @@ async def test_sigkill_mid_execution_leaves_nothing_behind(
         status, held = await gateway.execute("import ctypes\nprint(ctypes.sizeof(ctypes.c_int))")
         assert status == 202 and held["status"] == "pending_approval", held
         running = asyncio.create_task(gateway.execute("import time; time.sleep(25)"))
-        await gateway.wait_audit(lambda rs: any(r["type"] == "execution.started" for r in rs))
+        records = await gateway.wait_audit(
+            lambda rs: any(r["type"] == "execution.started" for r in rs)
+        )
+        killed_start = next(r for r in records if r["type"] == "execution.started")
+        killed = killed_start["execution_id"]
         await asyncio.sleep(0.5)  # the program is running in its sandbox
         orphans = {pid for pid, _ in processes_with_uid(uid)}
         old_cgroups = cgroups_under(parent)
@@ -96,6 +116,17 @@ async def test_sigkill_mid_execution_leaves_nothing_behind(
         assert not old_cgroups & cgroups_under(parent), "cgroups of the dead gateway remain"
         assert not old_state & state_entries(state_dir), "workspaces of the dead gateway remain"
         assert verify_file(env["EXECGATE_AUDIT_PATH"]).ok
+        # The killed execution has an end, once, written before the new run's start...
+        records = gateway.audit()
+        ends = [
+            r for r in records if r["execution_id"] == killed and r["seq"] > killed_start["seq"]
+        ]
+        assert [(r["type"], r["status"]) for r in ends] == [("execution.finished", "lost")], ends
+        last_start = max(r["seq"] for r in records if r["type"] == "gateway.started")
+        assert ends[0]["seq"] < last_start
+        # ...and for GET, its tenant's only.
+        assert await execution_record(gateway, killed, "beta") == (404, "not_found")
+        assert await execution_record(gateway, killed) == (200, "failed")
         assert await approval_status(gateway, held["approval_id"]) == "pending"
         status, body = await gateway.execute("print('after the crash')")
         assert status == 200 and body["stdout"] == "after the crash\n"

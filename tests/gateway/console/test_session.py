@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp.test_utils import make_mocked_request
 
 from gateway.console.guard import same_origin
-from gateway.console.session import MAX_AGE_S, SessionStore
+from gateway.console.session import IDLE_S, MAX_AGE_S, SessionStore
 from gateway.tokens import Principal
 
 
@@ -84,3 +84,19 @@ def test_same_origin_needs_our_own_host() -> None:
     assert not _req(Origin="javascript://gw:8080")
     # Origin wins over a forged-looking Referer.
     assert not _req(Origin="http://evil.example", Referer="http://gw:8080/console/")
+
+
+def test_an_idle_session_ends_before_the_cap() -> None:
+    clock = Clock()
+    store = SessionStore(clock=clock)
+    busy_id, busy = store.open(principal(exp=2e9))
+    idle_id, _ = store.open(principal(exp=2e9))
+    # Activity keeps a session alive past IDLE_S, but never past MAX_AGE_S.
+    for _ in range(2):  # 2 * (IDLE_S - 1) < MAX_AGE_S
+        clock.now += IDLE_S - 1
+        assert store.get(busy_id) is busy
+    assert store.get(idle_id) is None
+    assert len(store) == 1
+    clock.now = busy.expires_at
+    assert store.get(busy_id) is None
+    assert IDLE_S < MAX_AGE_S

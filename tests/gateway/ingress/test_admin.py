@@ -36,7 +36,7 @@ async def test_an_on_demand_run_is_audited_and_counted(
     assert resp.status == 200, body
     (result,) = body["results"]
     assert result["backend"] == "nsjail" and result["counts"]["escaped"] == 0, [
-        t for t in result["techniques"] if t["outcome"] == "escaped"
+        f"{t['id']}: {t.get('detail')}" for t in result["techniques"] if t["outcome"] == "escaped"
     ]
     assert result["counts"]["contained"] >= 45
     svc = client.server.app[SERVICES]

@@ -57,3 +57,24 @@ async def test_audit_needs_the_scope_and_valid_filters(
     assert bad.status == 400 and (await bad.json())["error"]["fields"][0]["field"] == "since"
     bad = await client.get("/v1/audit?limit=-1", headers=auth(token(scopes="audit:read")))
     assert bad.status == 400
+
+
+async def test_audit_newest_first_pages_back_with_before(
+    client: TestClient, token: Callable[..., str]
+) -> None:
+    reader = auth(token(scopes="audit:read:all"))
+    for code in ("print(1)", "print(2)"):
+        await client.post(
+            "/v1/executions", json={"language": "python", "code": code}, headers=auth(token())
+        )
+    everything = await (await client.get("/v1/audit?limit=1000", headers=reader)).json()
+    seqs = [r["seq"] for r in everything["records"]]
+    first = await (await client.get("/v1/audit?order=desc&limit=3", headers=reader)).json()
+    assert [r["seq"] for r in first["records"]] == seqs[::-1][:3]
+    cursor = first["next_before"]
+    assert cursor == seqs[-3] and "next_after_seq" not in first
+    older = await client.get(f"/v1/audit?order=desc&limit=3&before={cursor}", headers=reader)
+    assert [r["seq"] for r in (await older.json())["records"]] == seqs[::-1][3:6]
+    for bad in ("order=up", "before=3", "order=desc&before=x"):
+        resp = await client.get(f"/v1/audit?{bad}", headers=reader)
+        assert resp.status == 400, bad
