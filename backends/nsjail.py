@@ -203,6 +203,7 @@ class NsjailBackend(SandboxBackend):
             if not sandbox.released:
                 # Tracked: if this request is cancelled, disposal goes on regardless.
                 await asyncio.shield(self._in_background(factory.dispose(sandbox)))
+            self._in_background(sandbox.egress.closed())  # off the request's path
             self._live.pop(sandbox.name, None)
             # Only now: making a sandbox while this one starts would slow it down.
             self._replenish()

@@ -27,6 +27,7 @@ class EgressSession:
         self._server: asyncio.Server | None = None
         self._resolver: asyncio.BaseTransport | None = None
         self._stopped = False
+        self._closing: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -64,7 +65,15 @@ class EgressSession:
         if self._resolver is not None:
             self._resolver.close()
         await asyncio.sleep(0)  # let the transports' close callbacks run
-        self.fds.close()
+        # Closing the last TUN descriptor unregisters the device: ~20 ms of the
+        # kernel waiting for RCU. On a worker thread, and nobody's request waits for
+        # it; the backend tracks `closed()` so its close and settling still do.
+        self._closing = asyncio.get_running_loop().run_in_executor(None, self.fds.close)
+
+    async def closed(self) -> None:
+        """Wait until the namespace's descriptors are closed (after stop)."""
+        if self._closing is not None:
+            await self._closing
 
     def close_unstarted(self) -> None:
         """For a session whose sandbox failed before it was started (blocking ok)."""
