@@ -82,6 +82,8 @@ class ExecSpec:
     egress: tuple[str, ...] = ()
     # Secrets the proxy adds on the way out; never given to the sandbox.
     credentials: tuple[Credential, ...] = ()
+    # Internal ranges (CIDR) the operator lets names reach ([egress] internal_allow).
+    internal_allow: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

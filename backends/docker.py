@@ -45,6 +45,7 @@ from backends.docker_reaper import Instance, reap
 from backends.docker_sandbox import HOLDER_SUFFIX, Container, ContainerFactory
 from backends.docker_seccomp import bundled_profile
 from backends.docker_settings import DockerSettings
+from backends.egress.addresses import NameResolver
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,12 @@ class DockerBackend(SandboxBackend):
     # The gateway furnishes each container's network namespace (backends/egress/).
     network_boundary = True
 
-    def __init__(self, settings: DockerSettings | None = None) -> None:
+    def __init__(
+        self, settings: DockerSettings | None = None, *, egress_resolver: NameResolver | None = None
+    ) -> None:
         self.settings = settings or self.Settings()
+        # How the egress proxy resolves names (tests give their own; None: the host's).
+        self.egress_resolver = egress_resolver
         s = self.settings
         self.instance = Instance.current()
         self.engine = Engine(s.docker_host, s.engine_threads, s.engine_timeout_s)
@@ -127,6 +132,7 @@ class DockerBackend(SandboxBackend):
         self._factory = ContainerFactory(
             s, self.engine, self.instance, self.name, image_id, launcher, seccomp,
             boundary=self.network_boundary, holder_runtime=self.holder_runtime(),
+            resolver=self.egress_resolver,
         )  # fmt: skip
         await self.reap_leftovers()
         try:

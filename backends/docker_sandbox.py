@@ -41,6 +41,7 @@ from backends.docker_protocol import Caps, FrameReader, ProtocolError, request_h
 from backends.docker_reaper import Instance
 from backends.docker_settings import DockerSettings
 from backends.docker_status import Observed, decide, program_end
+from backends.egress.addresses import NameResolver
 from backends.egress.boundary import (
     PROXY_ENV,
     RESOLVER_HOST,
@@ -99,8 +100,10 @@ class ContainerFactory:
         seccomp_json: str,
         boundary: bool = False,
         holder_runtime: str = "",
+        resolver: NameResolver | None = None,
     ) -> None:
         self.settings = settings
+        self.resolver = resolver
         self.engine = engine
         self.instance = instance
         self.backend_name = backend_name
@@ -200,7 +203,7 @@ class ContainerFactory:
                 fds = await asyncio.to_thread(open_boundary, f"/proc/{pid}/ns/net")
         except BoundaryError as exc:
             raise BackendError(str(exc)) from exc
-        session = EgressSession(fds)
+        session = EgressSession(fds, self.resolver)
         try:
             await session.start()
         except BaseException:
@@ -237,7 +240,7 @@ class ContainerFactory:
         )
         header = launch_request(s, spec, code, container.frames.nonce)
         if container.egress is not None:
-            container.egress.arm(spec.egress, spec.credentials)
+            container.egress.arm(spec.egress, spec.credentials, spec.internal_allow)
             header["env"] = {**header["env"], **dict(v.split("=", 1) for v in PROXY_ENV)}
             if container.holder:
                 header["proxy_relay"] = list(RELAY_TARGET)

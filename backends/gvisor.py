@@ -18,6 +18,7 @@ from backends.base import BackendError
 from backends.docker import DockerBackend
 from backends.docker_seccomp import bundled_profile
 from backends.docker_settings import GvisorSettings
+from backends.egress.addresses import NameResolver
 
 
 class GvisorBackend(DockerBackend):
@@ -29,8 +30,10 @@ class GvisorBackend(DockerBackend):
     # Without that runtime (egress_runtime = ""): no network at all, no egress.
     network_boundary = True
 
-    def __init__(self, settings: GvisorSettings | None = None) -> None:
-        super().__init__(settings)
+    def __init__(
+        self, settings: GvisorSettings | None = None, *, egress_resolver: NameResolver | None = None
+    ) -> None:
+        super().__init__(settings, egress_resolver=egress_resolver)
         self.network_boundary = bool(self.holder_runtime())
 
     def holder_runtime(self) -> str:

@@ -40,6 +40,7 @@ from backends.base import (
 )
 from backends.ceilings import clamp as clamp_limits
 from backends.cgroups import CgroupError, CgroupManager, detect
+from backends.egress.addresses import NameResolver
 from backends.nsjail_host import (
     available_languages,
     check_binary,
@@ -62,8 +63,12 @@ class NsjailBackend(SandboxBackend):
     name = "nsjail"
     Settings = NsjailSettings
 
-    def __init__(self, settings: NsjailSettings | None = None) -> None:
+    def __init__(
+        self, settings: NsjailSettings | None = None, *, egress_resolver: NameResolver | None = None
+    ) -> None:
         self.settings = settings or NsjailSettings()
+        # How the egress proxy resolves names (tests give their own; None: the host's).
+        self.egress_resolver = egress_resolver
         s = self.settings
         self.binary = Path(s.nsjail_path) if s.nsjail_path else default_nsjail_binary()
         self.state_dir = Path(s.state_dir).absolute()
@@ -290,8 +295,9 @@ class NsjailBackend(SandboxBackend):
             raise BackendError(f"nsjail backend cannot start: {exc}") from exc
         self._reap(owner_alive)
         self._factory = SandboxFactory(
-            s, self.binary, self.etc_dir, self.policy_path, self.workspaces, self.cgroups
-        )
+            s, self.binary, self.etc_dir, self.policy_path, self.workspaces, self.cgroups,
+            self.egress_resolver,
+        )  # fmt: skip
 
     def _reap(self, keep: Callable[[str], bool]) -> None:
         try:

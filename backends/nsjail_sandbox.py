@@ -28,6 +28,7 @@ from pathlib import Path
 
 from backends.base import BackendError, ExecResult, ExecSpec, Usage
 from backends.cgroups import CgroupError, CgroupLimits, CgroupManager, CgroupUsage, ExecCgroup
+from backends.egress.addresses import NameResolver
 from backends.egress.boundary import BoundaryError, open_boundary
 from backends.egress.session import EgressSession
 from backends.nsjail_config import JailPaths, launch_line, render_args, rlimit_cpu_s
@@ -80,8 +81,10 @@ class SandboxFactory:
         policy_path: Path,
         workspaces: WorkspaceManager,
         cgroups: CgroupManager,
+        resolver: NameResolver | None = None,
     ) -> None:
         self.settings = settings
+        self.resolver = resolver
         self.binary = binary
         self.etc_dir = etc_dir
         self.policy_path = policy_path
@@ -140,7 +143,7 @@ class SandboxFactory:
             raise BackendError(str(exc)) from exc
         return Sandbox(
             name=name, workspace=workspace, cgroup=cgroup, log_fd=log_fd,
-            egress=EgressSession(boundary),
+            egress=EgressSession(boundary, self.resolver),
         )  # fmt: skip
 
     def _release_prepared(self, prepare: asyncio.Future[Sandbox]) -> None:
@@ -174,7 +177,7 @@ class SandboxFactory:
             code = spec.code.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise BackendError(f"code is not valid UTF-8: {exc}") from None
-        sandbox.egress.arm(spec.egress, spec.credentials)
+        sandbox.egress.arm(spec.egress, spec.credentials, spec.internal_allow)
         try:
             self.workspaces.fill(
                 sandbox.workspace, limits.disk_mb, runtime.filename, code, spec.files

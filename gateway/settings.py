@@ -6,6 +6,7 @@ a security setting is a start-up error naming the key, never a silent default.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import tomllib
@@ -135,6 +136,20 @@ class EgressSecretSettings(Section):
 class EgressSettings(Section):
     # tenant -> secret name -> secret (`[egress.secrets.<tenant>.<name>]`).
     secrets: dict[str, dict[str, EgressSecretSettings]] = {}
+    # Internal ranges (CIDR, e.g. "10.20.0.0/16") an allowed *name* may resolve to.
+    # Empty: a name that leads to loopback, private, link-local, CGNAT... is refused
+    # (backends/egress/addresses.py); only literal entries reach those addresses.
+    internal_allow: list[str] = []
+
+    @field_validator("internal_allow")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"{item!r} is not a CIDR range: {exc}") from None
+        return value
 
 
 class ToolSettings(Section):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from backends.base import Credential, NetworkAttempt, SandboxEvent
+from backends.egress.addresses import NameResolver
 from backends.egress.boundary import BoundaryFds
 from backends.egress.proxy import EgressProxy
 from backends.egress.record import NetworkRecord
@@ -18,10 +19,10 @@ from backends.egress.resolver import Resolver
 
 
 class EgressSession:
-    def __init__(self, fds: BoundaryFds) -> None:
+    def __init__(self, fds: BoundaryFds, resolver: NameResolver | None = None) -> None:
         self.fds = fds
         self.record = NetworkRecord()
-        self.proxy = EgressProxy(self.record)
+        self.proxy = EgressProxy(self.record, resolver)
         self.recorder = BoundaryRecorder(fds.tun, self.record)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -38,8 +39,13 @@ class EgressSession:
             lambda: Resolver(self.record), sock=self.fds.resolver
         )
 
-    def arm(self, egress: tuple[str, ...], credentials: tuple[Credential, ...]) -> None:
-        self.proxy.arm(egress, credentials)
+    def arm(
+        self,
+        egress: tuple[str, ...],
+        credentials: tuple[Credential, ...],
+        internal_allow: tuple[str, ...] = (),
+    ) -> None:
+        self.proxy.arm(egress, credentials, internal_allow)
 
     async def finish(self) -> tuple[tuple[NetworkAttempt, ...], tuple[SandboxEvent, ...]]:
         """Stop everything and hand over the record (and a note if it overflowed)."""

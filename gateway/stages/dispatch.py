@@ -57,7 +57,10 @@ async def dispatch(ctx: ExecContext, svc: Services) -> None:
     svc.store.started(ctx.execution_id, ctx.principal.tenant)
     started = time.perf_counter()
     try:
-        result = await backend.run(dataclasses.replace(spec, credentials=credentials))
+        internal_allow = tuple(svc.settings.egress.internal_allow)
+        result = await backend.run(
+            dataclasses.replace(spec, credentials=credentials, internal_allow=internal_allow)
+        )
     except BackendError as exc:
         svc.metrics.observe_execution(ctx.backend, "backend_error", time.perf_counter() - started)
         raise GatewayError(
