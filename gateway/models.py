@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from backends.egress.rules import Rule
+
 MAX_FILES = 64
 MAX_PATH_CHARS = 255
 _EGRESS = re.compile(r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?:(\*|[0-9]{1,5})$")
@@ -80,6 +82,10 @@ class NetworkIn(Strict):
             port = item.rsplit(":", 1)[1]
             if port != "*" and not 0 < int(port) < 65536:
                 raise ValueError(f"{item!r}: port out of range")
+            try:  # what the egress proxy will take it as (`127.1` is neither name nor IP)
+                Rule.parse(item)
+            except ValueError as exc:
+                raise ValueError(str(exc)) from None
         return value
 
 

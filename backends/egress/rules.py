@@ -76,15 +76,23 @@ class Rule:
         return dest.host == self.host
 
 
+def _parsed(text: str) -> Rule | None:
+    try:
+        return Rule.parse(text)
+    except ValueError:
+        return None
+
+
 def normalise_host(host: str) -> str:
     return host.strip().rstrip(".").lower()
 
 
 class Rules:
-    """First matching rule wins; nothing matches an empty list."""
+    """First matching rule wins; nothing matches an empty list. An entry that is not
+    a rule (a policy's obligation is not checked like a request) matches nothing."""
 
     def __init__(self, egress: Iterable[str] = ()) -> None:
-        self.rules = tuple(Rule.parse(text) for text in egress)
+        self.rules = tuple(rule for text in egress if (rule := _parsed(text)) is not None)
 
     def match(self, host: str | Destination, port: int) -> str | None:
         """The text of the rule that allows host:port, or None."""

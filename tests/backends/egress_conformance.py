@@ -3,7 +3,9 @@
 The "internet" is HTTP servers on the host's 127.0.0.1 that each test starts;
 inside a sandbox 127.0.0.1 is the sandbox's own loopback, so the host's
 servers are reachable only through the gateway's egress proxy. A backend's
-test module subclasses `EgressConformance` and provides `backend`.
+test module subclasses `EgressConformance` and provides `backend`, made with
+`egress_resolver=conformance_resolver()`: the proxy's names resolve as the
+tests say (to the host's loopback, where the canaries listen), never by DNS.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import pytest_asyncio
 from aiohttp import web
 
 from backends.base import Credential, ExecResult, ExecSpec, Limits, SandboxBackend
+from backends.egress.addresses import INTERNAL_ADDRESS, NONCANONICAL_ADDRESS
+from tests.backends.egress.resolvers import MapResolver
 from tests.components import missing_component
 
 _ids = itertools.count(1)
@@ -27,15 +31,32 @@ _ids = itertools.count(1)
 @dataclass
 class LocalServer:
     port: int
+    host: str = "127.0.0.1"
     requests: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def destination(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
-async def serve() -> AsyncIterator[LocalServer]:
-    server = LocalServer(port=0)
+# What the backend's proxy resolves: names below egress.test lead inside.
+NAMES = {
+    "loop.egress.test": ("127.0.0.1",),
+    "loop6.egress.test": ("::1",),
+    "mapped.egress.test": ("::ffff:127.0.0.1",),
+    "metadata.egress.test": ("169.254.169.254",),
+    "private.egress.test": ("10.0.0.1",),
+    "cgnat.egress.test": ("100.64.0.1",),
+    "mixed.egress.test": ("192.0.2.10", "127.0.0.1"),
+}
+
+
+def conformance_resolver() -> MapResolver:
+    return MapResolver(NAMES)
+
+
+async def serve(host: str = "127.0.0.1") -> AsyncIterator[LocalServer]:
+    server = LocalServer(port=0, host=host)
 
     async def hello(request: web.Request) -> web.Response:
         server.requests.append({"path": request.path_qs, **dict(request.headers)})
@@ -45,8 +66,12 @@ async def serve() -> AsyncIterator[LocalServer]:
     app.router.add_get("/{tail:.*}", hello)
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    site = web.TCPSite(runner, host, 0)
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        missing_component(f"a loopback listener on {host}")
     server.port = runner.addresses[0][1]
     try:
         yield server
@@ -59,6 +84,7 @@ async def run_python(
     code: str,
     egress: tuple[str, ...] = (),
     credentials: tuple[Credential, ...] = (),
+    internal_allow: tuple[str, ...] = (),
 ) -> ExecResult:
     if not backend.capabilities.egress:
         missing_component(f"{backend.name} has no controlled egress")
@@ -69,6 +95,7 @@ async def run_python(
         limits=Limits(timeout_s=20.0, memory_mb=256, pids=64, disk_mb=16),
         egress=egress,
         credentials=credentials,
+        internal_allow=internal_allow,
     )
     return await backend.run(spec)
 
@@ -88,6 +115,40 @@ def fetch(url: str) -> str:
 
 def attempts(result: ExecResult, kind: str) -> list[tuple[str, int, str]]:
     return [(a.host, a.port, a.verdict) for a in result.network if a.kind == kind]
+
+
+# Python in the sandbox: ask the proxy (its listener on the sandbox's loopback)
+# by CONNECT (then GET / through the tunnel) and by absolute-URI GET; prints one
+# line per request: the proxy's status and, when 200, the canary's answer.
+PROXY_CLIENT = """
+import socket
+def ask(head, then=b''):
+    s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+    s.sendall(head.encode() + b'\\r\\n\\r\\n')
+    data = b''
+    while b'\\r\\n\\r\\n' not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    status = data.split(b' ', 2)[1].decode() if data else 'nothing'
+    if then and status == '200':
+        s.sendall(then)
+    while chunk := s.recv(4096):
+        data += chunk
+    s.close()
+    body = data.rsplit(b'\\r\\n\\r\\n', 1)[-1].decode()
+    return status + (' ' + body if status == '200' else '')
+GET = 'GET / HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'
+def both(authority):
+    print(ask('CONNECT %s HTTP/1.1\\r\\nHost: %s' % (authority, authority), GET.encode()))
+    print(ask('GET http://%s/ HTTP/1.1\\r\\nHost: %s\\r\\nConnection: close'
+              % (authority, authority)))
+"""
+
+
+def ask_both(*authorities: str) -> str:
+    return PROXY_CLIENT + "".join(f"both({a!r})\n" for a in authorities)
 
 
 class EgressConformance:
@@ -243,6 +304,58 @@ class EgressConformance:
         (event,) = [e for e in result.events if e.kind == "network_record_full"]
         assert int(event.detail.split()[0]) > 0
 
+    @pytest.fixture
+    async def server6(self) -> AsyncIterator[LocalServer]:
+        async for server in serve("::1"):
+            yield server
+
+    async def test_names_never_reach_internal_addresses(
+        self, backend: SandboxBackend, allowed_server: LocalServer, server6: LocalServer
+    ) -> None:
+        # Each name is allowed (exact, by suffix, by `*`) and leads to the host's
+        # loopback, where a canary listens, or elsewhere inside; none gets through.
+        port, port6 = allowed_server.port, server6.port
+        names = [f"{n}:{port6 if n.startswith('loop6') else port}" for n in NAMES]
+        odd = ["localhost", "LOCALHOST.", "api.localhost", "127.1", "2130706433", "0x7f.1",
+               "0177.0.0.1", "127.0.1"]  # fmt: skip
+        targets = names + [f"{host}:{port}" for host in odd]
+        egress = ("*.egress.test:*", f"localhost:{port}", f"*:{port}", "127.0.0.0/8:1")
+        result = await run_python(backend, ask_both(*targets), egress=egress)
+        assert result.stdout.decode().splitlines() == ["403"] * 2 * len(targets), result
+        assert allowed_server.requests == [] and server6.requests == []
+        proxied = [a for a in result.network if a.kind in ("connect", "http")]
+        assert len(proxied) == 2 * len(targets)
+        assert all(a.verdict == "blocked" for a in proxied)
+        rules = {a.host: a.rule for a in proxied}
+        assert {rules[t.rsplit(":", 1)[0]] for t in names} == {INTERNAL_ADDRESS}
+        assert rules["localhost"] == rules["api.localhost"] == INTERNAL_ADDRESS
+        assert {rules[h] for h in odd[3:]} == {NONCANONICAL_ADDRESS}
+
+    async def test_literal_entries_and_operator_ranges_reach_inside_deliberately(
+        self, backend: SandboxBackend, allowed_server: LocalServer, server6: LocalServer
+    ) -> None:
+        port, port6 = allowed_server.port, server6.port
+        hello = "200 hello from the outside"
+        # Literal and CIDR entries, IPv6 and IPv4.
+        egress = (f"[::1]:{port6}", f"127.0.0.0/8:{port}")
+        result = await run_python(
+            backend, ask_both(f"[::1]:{port6}", f"127.0.0.1:{port}"), egress=egress
+        )
+        assert result.stdout.decode().splitlines() == [hello] * 4, result
+        assert len(server6.requests) == 2 and len(allowed_server.requests) == 2
+        assert [a.rule for a in result.network if a.verdict == "allowed"] == [
+            egress[0], egress[0], egress[1], egress[1]
+        ]  # fmt: skip
+        # A name, once the operator allowed the range it resolves into.
+        names = (f"loop.egress.test:{port}", f"loop6.egress.test:{port6}")
+        result = await run_python(
+            backend, ask_both(*names), egress=names, internal_allow=("127.0.0.0/8", "::1/128")
+        )
+        assert result.stdout.decode().splitlines() == [hello] * 4, result
+        assert len(server6.requests) == 4 and len(allowed_server.requests) == 4
+        details = [a.detail for a in result.network if a.verdict == "allowed"]
+        assert details == ["(127.0.0.1)", "GET / (127.0.0.1)", "(::1)", "GET / (::1)"]
+
 
 class ModuleLoopEgressConformance(EgressConformance):
     """For backends started once per module: the servers live on the module's loop,
@@ -256,4 +369,9 @@ class ModuleLoopEgressConformance(EgressConformance):
     @pytest_asyncio.fixture(loop_scope="module")
     async def other_server(self) -> AsyncIterator[LocalServer]:
         async for server in serve():
+            yield server
+
+    @pytest_asyncio.fixture(loop_scope="module")
+    async def server6(self) -> AsyncIterator[LocalServer]:
+        async for server in serve("::1"):
             yield server

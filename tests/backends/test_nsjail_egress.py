@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import AsyncIterator
 
 import pytest
 
 from backends.egress.boundary import TUN_NAME
 from backends.nsjail import NsjailBackend
-from tests.backends.egress_conformance import EgressConformance, run_python
+from backends.nsjail_settings import NsjailSettings
+from tests.backends.egress_conformance import (
+    EgressConformance,
+    conformance_resolver,
+    run_python,
+)
 
 
 @pytest.fixture
-def backend(nsjail_backend: NsjailBackend) -> NsjailBackend:
-    return nsjail_backend
+async def backend(nsjail_settings: NsjailSettings) -> AsyncIterator[NsjailBackend]:
+    backend = NsjailBackend(nsjail_settings, egress_resolver=conformance_resolver())
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.close()
 
 
 class TestNsjailEgress(EgressConformance):

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from pydantic import ValidationError
 
 from gateway.app import create_app
 from gateway.keys import load_or_create_dev_secret
-from gateway.settings import EgressSecretSettings, EgressSettings
+from gateway.settings import EgressSecretSettings, EgressSettings, Settings
 from gateway.tokens import mint_token
 from tests.gateway.conftest import REPO, audit_records, auth, make_settings, require_root
 
@@ -61,20 +62,32 @@ except socket.gaierror:
 """
 
 
+def settings_allowing(tmp_path: Path, destinations: list[str]) -> Settings:
+    """Settings whose policy data allows tenant acme these destinations too."""
+    policies = tmp_path / "policies"
+    shutil.copytree(REPO / "policies", policies)
+    tenants = json.loads((policies / "tenants/data.json").read_text())
+    tenants["acme"]["egress_allowlist"] += destinations
+    (policies / "tenants/data.json").write_text(json.dumps(tenants))
+    return make_settings(tmp_path, EXECGATE_POLICY_PATH=str(policies))
+
+
+def egress_token(settings: Settings) -> str:
+    key = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
+    return mint_token(
+        key, tenant="acme", sub="agent", scopes=["exec:python", "net:egress"], ttl_s=600
+    )
+
+
 async def test_egress_result_and_audit(
     aiohttp_client: Any, tmp_path: Path, local_server: tuple[int, list[dict[str, str]]]
 ) -> None:
     require_root()
     port, seen = local_server
     destination = f"127.0.0.1:{port}"
-    policies = tmp_path / "policies"
-    shutil.copytree(REPO / "policies", policies)
-    tenants = json.loads((policies / "tenants/data.json").read_text())
-    tenants["acme"]["egress_allowlist"].append(destination)
-    (policies / "tenants/data.json").write_text(json.dumps(tenants))
     secret = "s3cret-" + secrets.token_hex(12)
     (tmp_path / "api.secret").write_text(secret + "\n")
-    settings = make_settings(tmp_path, EXECGATE_POLICY_PATH=str(policies))
+    settings = settings_allowing(tmp_path, [destination])
     egress = EgressSettings(
         secrets={
             "acme": {
@@ -88,10 +101,7 @@ async def test_egress_result_and_audit(
     )
     settings = settings.model_copy(update={"egress": egress})
     client = await aiohttp_client(create_app(settings))
-    key = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
-    token = mint_token(
-        key, tenant="acme", sub="agent", scopes=["exec:python", "net:egress"], ttl_s=600
-    )
+    token = egress_token(settings)
     body = {
         "language": "python",
         "code": CODE.format(port=port),
@@ -131,3 +141,56 @@ async def test_sandbox_events_are_audited(aiohttp_client: Any, tmp_path: Path) -
     events = [r for r in audit_records(settings) if r["type"] == "sandbox.event"]
     assert [e["kind"] for e in events] == [e["kind"] for e in result["events"]]
     assert all(e["execution_id"] == result["execution_id"] for e in events)
+
+
+NAMES_CODE = """
+import urllib.request, urllib.error
+urls = ('http://localhost:{port}/readyz', 'http://127.1:{port}/',
+        'http://[::ffff:127.0.0.1]:{port}/')
+for url in urls:
+    try:
+        urllib.request.urlopen(url, timeout=10)
+        print('reached')
+    except urllib.error.HTTPError as e:
+        print(e.code)
+"""
+
+
+async def test_a_name_on_the_allowlist_never_reaches_the_gateway_host(
+    aiohttp_client: Any, tmp_path: Path, local_server: tuple[int, list[dict[str, str]]]
+) -> None:
+    # `localhost:PORT` allowlisted for the tenant and asked for: the proxy refuses
+    # it (a name leading to loopback), as it refuses loopback in other spellings;
+    # the audit log says why.
+    require_root()
+    port, seen = local_server
+    wanted = [f"localhost:{port}"]
+    settings = settings_allowing(tmp_path, wanted)
+    client = await aiohttp_client(create_app(settings))
+    token = egress_token(settings)
+    body = {
+        "language": "python",
+        "code": NAMES_CODE.format(port=port),
+        "network": {"egress": wanted},
+        "backend": "nsjail",
+    }
+    resp = await client.post("/v1/executions", json=body, headers=auth(token))
+    result = await resp.json()
+    assert resp.status == 200, result
+    assert result["stdout"].split() == ["403", "403", "403"]
+    assert seen == []
+    refused = {(a["host"], a["verdict"], a["rule"]) for a in result["network"]}
+    assert refused == {
+        ("localhost", "blocked", "internal_address"),
+        ("127.1", "blocked", "noncanonical_address"),
+        ("::ffff:7f00:1", "blocked", "default-deny"),
+    }
+    records = [r for r in audit_records(settings) if r["type"] == "network.attempt"]
+    assert {(r["host"], r["verdict"], r["rule"]) for r in records} == refused
+
+
+def test_internal_ranges_are_cidr() -> None:
+    assert EgressSettings(internal_allow=["10.20.0.0/16", "fd00::/8"]).internal_allow
+    for bad in (["10.20.0.1/16"], ["10.20.0.0/33"], ["localhost"], ["*"]):
+        with pytest.raises(ValidationError, match="internal_allow"):
+            EgressSettings(internal_allow=bad)

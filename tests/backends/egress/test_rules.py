@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.egress.rules import Rules
+from backends.egress.rules import Rule, Rules
 
 
 @pytest.mark.parametrize(
@@ -54,4 +54,5 @@ def test_literal_and_cidr_entries(host: str, port: int, rule: str | None) -> Non
 )  # fmt: skip
 def test_malformed_entries_refused(entry: str) -> None:
     with pytest.raises(ValueError):
-        Rules([entry])
+        Rule.parse(entry)
+    assert Rules([entry, "*:*"]).rules == Rules(["*:*"]).rules  # skipped: matches nothing

@@ -222,6 +222,15 @@ async def test_native_code_is_held_for_approval(client: TestClient, token: Token
             "files.0.content_b64",
         ),
         ({"language": "python", "code": "x", "network": {"egress": ["no port"]}}, "network.egress"),
+        # Numbers the proxy would read as neither a name nor an address.
+        (
+            {"language": "python", "code": "x", "network": {"egress": ["127.1:80"]}},
+            "network.egress",
+        ),
+        (
+            {"language": "python", "code": "x", "network": {"egress": ["0x7f.1:80"]}},
+            "network.egress",
+        ),
         ({"language": "python", "code": "x", "backend": "qemu"}, "backend"),
     ],
 )
