@@ -39,6 +39,7 @@ from backends.base import (
 from backends.ceilings import clamp as clamp_limits
 from backends.docker_config import LAUNCHER_SOURCE, Shape
 from backends.docker_engine import Engine
+from backends.docker_etc import make_etc_dir, remove_etc_dir
 from backends.docker_image import default_image
 from backends.docker_pool import Background, Pool
 from backends.docker_reaper import Instance, reap
@@ -46,6 +47,8 @@ from backends.docker_sandbox import HOLDER_SUFFIX, Container, ContainerFactory
 from backends.docker_seccomp import bundled_profile
 from backends.docker_settings import DockerSettings
 from backends.egress.addresses import NameResolver
+from backends.egress.boundary import RESOLVER_HOST
+from backends.egress.veth import GATEWAY_V4
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +101,7 @@ class DockerBackend(SandboxBackend):
             self._background,
         )
         self._reaper: asyncio.Task[None] | None = None
+        self._etc_dir: Path | None = None  # the generated /etc files (docker_etc.py)
 
     # --- SandboxBackend ------------------------------------------------------------
 
@@ -129,10 +133,18 @@ class DockerBackend(SandboxBackend):
         image_id = await self.engine.image_id(self.image)
         launcher = await asyncio.to_thread(LAUNCHER_SOURCE.read_text)
         seccomp = await asyncio.to_thread(self._seccomp_json)
+        if self._etc_dir is None:
+            # gVisor's sandboxes ask the sinkhole's resolver across the veth; runc's,
+            # the gateway's resolver in their own namespace.
+            nameserver = GATEWAY_V4 if self.holder_runtime() else RESOLVER_HOST
+            try:
+                self._etc_dir = await asyncio.to_thread(make_etc_dir, nameserver)
+            except OSError as exc:
+                raise BackendError(f"cannot write the sandboxes' /etc files: {exc}") from exc
         self._factory = ContainerFactory(
             s, self.engine, self.instance, self.name, image_id, launcher, seccomp,
             boundary=self.network_boundary, holder_runtime=self.holder_runtime(),
-            resolver=self.egress_resolver,
+            resolver=self.egress_resolver, etc_dir=str(self._etc_dir),
         )  # fmt: skip
         await self.reap_leftovers()
         try:
@@ -179,6 +191,9 @@ class DockerBackend(SandboxBackend):
         s = self.settings
         self.engine = Engine(s.docker_host, s.engine_threads, s.engine_timeout_s)
         self._factory = None
+        if self._etc_dir is not None:
+            await asyncio.to_thread(remove_etc_dir, self._etc_dir)
+            self._etc_dir = None
 
     async def run(self, spec: ExecSpec) -> ExecResult:
         factory = self._require_factory()

@@ -4,7 +4,9 @@ A container is made for one *shape* (memory, CPUs, processes, disk: what the
 engine fixes at creation) and runs the launcher as PID 1, as the unprivileged user,
 on a read-only image with no network, no capabilities, no new privileges, the
 seccomp profile, size-capped tmpfs mounts for /workspace, /tmp, /dev/shm and /code,
-ulimits, and only the environment given here. No host path is mounted.
+ulimits, and only the environment given here. No host path is mounted but the
+generated /etc/hosts, /etc/hostname and /etc/resolv.conf (docker_etc.py), read-only,
+in place of the engine's own copies from its data root.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.base import ExecSpec, Limits
+from backends.docker_etc import FILES as ETC_FILES
 from backends.docker_settings import DockerSettings
 
 MIB = 1024 * 1024
@@ -54,8 +57,10 @@ def container_request(
     labels: dict[str, str],
     launcher: str,
     seccomp_json: str = "",
+    etc_dir: str = "",
 ) -> dict[str, Any]:
-    """The engine's create request (API body) for one sandbox of `shape`."""
+    """The engine's create request (API body) for one sandbox of `shape`; `etc_dir`
+    holds the generated network files (docker_etc.py)."""
     s = settings
     memory = (shape.memory_mb + s.memory_overhead_mb) * MIB
     ulimits = [
@@ -95,6 +100,7 @@ def container_request(
             "/code": f"size={s.code_tmpfs_mb}m,nr_inodes=64,mode=0755,uid={uid},gid={gid}",
         },
         "MaskedPaths": MASKED_PATHS,
+        "Mounts": etc_mounts(etc_dir) if etc_dir else [],
         "Runtime": s.runtime,
         "LogConfig": {"Type": "none", "Config": {}},
     }
@@ -117,6 +123,16 @@ def container_request(
         "NetworkDisabled": True,
         "HostConfig": host_config,
     }
+
+
+def etc_mounts(etc_dir: str) -> list[dict[str, Any]]:
+    """The generated files over the engine's: a mount of the user's own at these
+    paths makes the engine leave its copies (and their host paths) out."""
+    return [
+        {"Type": "bind", "Source": f"{etc_dir}/{name}", "Target": f"/etc/{name}",
+         "ReadOnly": True, "BindOptions": {"Propagation": "rprivate"}}
+        for name in ETC_FILES
+    ]  # fmt: skip
 
 
 def launch_request(

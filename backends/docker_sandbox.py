@@ -44,7 +44,6 @@ from backends.docker_status import Observed, decide, program_end
 from backends.egress.addresses import NameResolver
 from backends.egress.boundary import (
     PROXY_ENV,
-    RESOLVER_HOST,
     BoundaryError,
     BoundaryFds,
     open_boundary,
@@ -101,9 +100,11 @@ class ContainerFactory:
         boundary: bool = False,
         holder_runtime: str = "",
         resolver: NameResolver | None = None,
+        etc_dir: str = "",
     ) -> None:
         self.settings = settings
         self.resolver = resolver
+        self.etc_dir = etc_dir
         self.engine = engine
         self.instance = instance
         self.backend_name = backend_name
@@ -124,8 +125,9 @@ class ContainerFactory:
         name = f"{self.instance.name_prefix}-{next(self._counter)}"
         labels = self.instance.labels(self.backend_name, execution_id)
         body = container_request(
-            self.settings, self.image, shape, labels, self.launcher, self.seccomp_json
-        )
+            self.settings, self.image, shape, labels, self.launcher, self.seccomp_json,
+            self.etc_dir,
+        )  # fmt: skip
         holder, holder_name, egress = "", "", None
         if self.boundary and self.holder_runtime:
             holder_name = name + HOLDER_SUFFIX
@@ -134,13 +136,12 @@ class ContainerFactory:
             body["HostConfig"]["NetworkMode"] = f"container:{holder}"
             body["HostConfig"]["Runtime"] = self.holder_runtime
             body.pop("Hostname", None)  # the holder's (the engine refuses both)
+            # Its /etc/resolv.conf (generated) names the sinkhole's resolver.
         elif self.boundary:
             # Still the `none` network (loopback only, until the gateway adds its
-            # boundary); "disabled" would also leave /etc/resolv.conf empty, and the
-            # code must ask the gateway's resolver in the container's namespace.
+            # boundary): the code asks the gateway's resolver in the container's
+            # namespace, as its (generated) /etc/resolv.conf says.
             body["NetworkDisabled"] = False
-            body["HostConfig"]["Dns"] = [RESOLVER_HOST]
-            body["HostConfig"]["DnsOptions"] = ["timeout:1", "attempts:1"]
         self.tracked.add(name)
         try:
             cid = await self.engine.create(body, name)

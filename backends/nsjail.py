@@ -287,7 +287,7 @@ class NsjailBackend(SandboxBackend):
         check_root(s)
         self._languages = available_languages(s)
         try:
-            prepare_state_dir(self.state_dir, self.policy_path, bundled_policy=not s.seccomp_policy)
+            prepare_state_dir(self.state_dir, self.policy_path, not s.seccomp_policy, s.hostname)
             self.workspaces.prepare()
             self.cgroups = detect(Path(s.cgroup_root), s.cgroup_parent, s.cgroup_version)
             self.cgroups.prepare()

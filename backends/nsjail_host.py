@@ -75,7 +75,9 @@ def available_languages(settings: NsjailSettings) -> frozenset[str]:
     return frozenset(available)
 
 
-def prepare_state_dir(state_dir: Path, policy_path: Path, bundled_policy: bool) -> None:
+def prepare_state_dir(
+    state_dir: Path, policy_path: Path, bundled_policy: bool, hostname: str = "sandbox"
+) -> None:
     """state_dir (0711), its generated /etc and, unless configured, the policy."""
     state_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(state_dir, 0o711)
@@ -89,7 +91,7 @@ def prepare_state_dir(state_dir: Path, policy_path: Path, bundled_policy: bool) 
     etc_dir = state_dir / "etc"
     etc_dir.mkdir(exist_ok=True)
     os.chmod(etc_dir, 0o755)
-    for filename, content in ETC_FILES.items():
+    for filename, content in (ETC_FILES | {"hostname": hostname + "\n"}).items():
         path = etc_dir / filename
         path.write_text(content, encoding="ascii")
         os.chmod(path, 0o644)

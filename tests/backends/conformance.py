@@ -72,6 +72,15 @@ async def run(
     return await backend.run(spec)
 
 
+# Where container engines keep their state (and the per-container directories in it).
+ENGINE_PATHS = ("/var/lib/docker", "/var/lib/containerd", "/run/containerd", "containers/")
+
+
+def host_layout(*fields: str) -> bool:
+    """Whether a mount table field names a container engine's host paths."""
+    return any(path in field for field in fields for path in ENGINE_PATHS)
+
+
 def lines(result: ExecResult) -> list[str]:
     return result.stdout.decode().splitlines()
 
@@ -365,6 +374,34 @@ class BackendConformance:
         )
         result = await run(backend, "python", code)
         assert lines(result) == ["blocked"]
+
+    async def test_mount_table_shows_no_host_layout(self, backend: SandboxBackend) -> None:
+        code = (
+            "import json, socket\n"
+            "read = lambda p: open(p).read()\n"
+            "paths = ('/proc/self/mountinfo', '/proc/mounts', '/etc/hosts', '/etc/hostname',\n"
+            "         '/etc/resolv.conf')\n"
+            "print(json.dumps({p: read(p) for p in paths} | {'name': socket.gethostname()}))\n"
+        )
+        result = await run(backend, "python", code)
+        seen = json.loads(result.stdout)
+        for line in seen["/proc/self/mountinfo"].splitlines():
+            mine, _, theirs = line.partition(" - ")
+            _, _, _, root, point, *_ = mine.split()
+            fstype, source, options = theirs.split()[:3]
+            assert not host_layout(root, point, source), line
+            # runc's root: the kernel shows overlay's layer directories in its options,
+            # and no engine option hides them (gVisor's kernel does not show them).
+            assert not host_layout(options) or (point, fstype) == ("/", "overlay"), line
+        for line in seen["/proc/mounts"].splitlines():
+            source, point, fstype, options = line.split()[:4]
+            assert not host_layout(source, point), line
+            assert not host_layout(options) or (point, fstype) == ("/", "overlay"), line
+        assert seen["/etc/hostname"].strip() == seen["name"] == "sandbox"
+        # The gateway's files, not the engine's (which list ip6-localnet and more).
+        assert "127.0.0.1\tlocalhost sandbox\n" in seen["/etc/hosts"], seen["/etc/hosts"]
+        assert "ip6-localnet" not in seen["/etc/hosts"]
+        assert seen["/etc/resolv.conf"].startswith("nameserver "), seen["/etc/resolv.conf"]
 
     async def test_nothing_persists_between_executions(self, backend: SandboxBackend) -> None:
         token = secrets.token_hex(6)

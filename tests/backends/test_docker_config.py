@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
 from backends.base import ExecSpec, InputFile, Limits
 from backends.docker_config import Shape, container_request, launch_request
+from backends.docker_etc import (
+    FILES,
+    OWNER,
+    PREFIX,
+    etc_files,
+    make_etc_dir,
+    reap_etc_dirs,
+    remove_etc_dir,
+)
 from backends.docker_settings import DockerSettings, GvisorSettings
 
 SHAPE = Shape(memory_mb=256, cpus=0.5, pids=64, disk_mb=16)
@@ -56,6 +68,7 @@ def test_runc_container_request() -> None:
             "/tmp": "size=16m,nr_inodes=4096,mode=1777",
             "/code": "size=16m,nr_inodes=64,mode=0755,uid=150000,gid=150000",
         },
+        "Mounts": [],
         "Runtime": "runc",
         "LogConfig": {"Type": "none", "Config": {}},
     }
@@ -69,6 +82,41 @@ def test_gvisor_counts_processes_inside_the_sandbox() -> None:
     assert {"Name": "nproc", "Soft": 65, "Hard": 65} in host["Ulimits"]
     assert host["Memory"] == (256 + 64) * 1024 * 1024
     assert host["SecurityOpt"] == ["no-new-privileges", "seccomp={}"]
+
+
+def test_generated_etc_files_replace_the_engines() -> None:
+    body = container_request(DockerSettings(), "img:1", SHAPE, LABELS, "L", etc_dir="/dev/shm/e")
+    rprivate = {"Propagation": "rprivate"}
+    assert body["HostConfig"]["Mounts"] == [
+        {"Type": "bind", "Source": f"/dev/shm/e/{name}", "Target": f"/etc/{name}",
+         "ReadOnly": True, "BindOptions": rprivate}
+        for name in ("hosts", "hostname", "resolv.conf")
+    ]  # fmt: skip
+
+
+def test_etc_dir_files_and_leftovers(tmp_path: Path) -> None:
+    files = etc_files("127.0.0.53")
+    assert files["resolv.conf"].startswith("nameserver 127.0.0.53\n")
+    assert files["hostname"] == "sandbox\n" and "localhost" in files["hosts"]
+    made = make_etc_dir("10.200.0.1")
+    try:
+        assert sorted(p.name for p in made.iterdir()) == [
+            ".owner", "hostname", "hosts", "resolv.conf"
+        ]  # fmt: skip
+        assert str(os.getpid()) not in made.name  # the sandbox sees the name
+        assert (made / "resolv.conf").read_text().startswith("nameserver 10.200.0.1\n")
+        assert made.stat().st_mode & 0o777 == 0o755
+        assert {(made / n).stat().st_mode & 0o777 for n in FILES} == {0o644}
+        # A dead gateway's directory (no such process start) is removed; ours stays.
+        dead = tmp_path / f"{PREFIX}dead"
+        dead.mkdir()
+        (dead / OWNER).write_text(f"{os.getpid()} 0")
+        reap_etc_dirs(tmp_path)
+        reap_etc_dirs(made.parent)
+        assert not dead.exists() and made.is_dir()
+    finally:
+        remove_etc_dir(made)
+    assert not made.exists()
 
 
 def test_launch_request_announces_every_size() -> None:

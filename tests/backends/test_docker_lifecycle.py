@@ -164,7 +164,6 @@ async def test_containers_are_hardened_as_the_engine_sees_them() -> None:
         )
         # Not "disabled": the gateway furnishes the `none` network (backends/egress/).
         assert not config.get("NetworkDisabled")
-        assert host["Dns"] == ["127.0.0.53"]  # the gateway's recording resolver
         assert config["Labels"]["execgate.instance"] == backend.instance.id
         assert host["NetworkMode"] == "none"
         assert host["ReadonlyRootfs"] is True
@@ -176,7 +175,16 @@ async def test_containers_are_hardened_as_the_engine_sees_them() -> None:
         assert host["Memory"] == host["MemorySwap"] > 0
         assert host["NanoCpus"] == 1_000_000_000
         assert host["PidsLimit"] == 65
-        assert not host.get("Binds") and not host.get("Mounts") and not found["Mounts"]
+        # No host path but the generated /etc files (from /dev/shm, read-only), whose
+        # resolv.conf names the gateway's recording resolver.
+        assert not host.get("Binds")
+        mounts = {m["Destination"]: m for m in found["Mounts"]}
+        assert set(mounts) == {"/etc/hosts", "/etc/hostname", "/etc/resolv.conf"}
+        assert all(m["Type"] == "bind" and not m["RW"] for m in mounts.values())
+        sources = {Path(m["Source"]).parent for m in mounts.values()}
+        assert [s.parent for s in sources] == [Path("/dev/shm")]
+        resolv = Path(mounts["/etc/resolv.conf"]["Source"]).read_text()
+        assert resolv.startswith("nameserver 127.0.0.53\n")
         assert set(host["Tmpfs"]) == {"/workspace", "/tmp", "/code"}
         assert "/sys/fs/cgroup" in host["MaskedPaths"]
         assert host["LogConfig"]["Type"] == "none"

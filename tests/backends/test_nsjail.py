@@ -254,7 +254,7 @@ async def test_no_descriptor_leaks_into_the_sandbox(backend: NsjailBackend) -> N
 async def test_minimal_etc_and_dev(backend: NsjailBackend) -> None:
     result = await run(backend, "bash", "ls -A /etc; echo; ls -A /dev")
     etc, dev = result.stdout.decode().split("\n\n")
-    assert etc.split() == ["group", "hosts", "passwd", "resolv.conf"]
+    assert etc.split() == ["group", "hostname", "hosts", "passwd", "resolv.conf"]
     assert sorted(dev.split()) == sorted(
         ["fd", "null", "random", "shm", "stderr", "stdin", "stdout", "urandom", "zero"]
     )
