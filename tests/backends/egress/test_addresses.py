@@ -10,6 +10,7 @@ from backends.egress.addresses import (
     BAD_HOST,
     NONCANONICAL_ADDRESS,
     DestinationError,
+    SystemResolver,
     is_internal,
     is_localhost_name,
     parse_destination,
@@ -101,3 +102,9 @@ def test_ambiguous_hosts_refused(host: str, rule: str) -> None:
 def test_localhost_names() -> None:
     assert is_localhost_name("localhost") and is_localhost_name("db.localhost")
     assert not is_localhost_name("localhost.example.org") and not is_localhost_name("xlocalhost")
+
+
+async def test_system_resolver_answers_addresses() -> None:
+    # Numeric hosts: getaddrinfo answers without asking any DNS server.
+    assert await SystemResolver().resolve("127.0.0.1", 80) == (ipaddress.ip_address("127.0.0.1"),)
+    assert await SystemResolver().resolve("::1", 80) == (ipaddress.ip_address("::1"),)
