@@ -18,7 +18,12 @@ from backends.egress.rules import Rule
 
 MAX_FILES = 64
 MAX_PATH_CHARS = 255
-_EGRESS = re.compile(r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?:(\*|[0-9]{1,5})$")
+# Names (maybe `*.`), IPv4 addresses or CIDR ranges, IPv6 ones in brackets; then
+# backends.egress.rules decides what each is (Rule.parse).
+_EGRESS = re.compile(
+    r"^((\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]{0,252})?(/[0-9]{1,2})?|\[[0-9A-Fa-f:.]{2,45}(/[0-9]{1,3})?\])"
+    r":(\*|[0-9]{1,5})$"
+)
 
 
 class Strict(BaseModel):

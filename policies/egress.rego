@@ -19,25 +19,31 @@ egress_denials(v) := ({msg |
 	msg := concat("", ["network egress to ", dest, " is not on the allowlist of tenant ", text(v.tenant)])
 }
 
-# host:port with a DNS name or IPv4 host, or [v6]:port; port 1-65535.
+# host:port with a DNS name, an IPv4 address or CIDR range, or [v6 address or range];
+# port 1-65535.
 valid_destination(dest) if {
 	is_string(dest)
-	regex.match(`^([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$`, dest)
+	regex.match(`^([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*|[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}|\[[0-9A-Fa-f:.]+(/[0-9]{1,3})?\]):[0-9]{1,5}$`, dest)
 	parts := split(dest, ":")
 	port := to_number(parts[count(parts) - 1])
 	port >= 1
 	port <= 65535
 }
 
-# "*" allows any destination; "*.example.org:443" any name below example.org on
-# port 443 (not example.org itself); anything else must match exactly. Names
-# compare case-insensitively.
+# "*" allows any name; "*.example.org:443" any name below example.org on port 443
+# (not example.org itself); anything else must match exactly. An IP literal or CIDR
+# destination only ever matches itself: the egress proxy lets names reach no internal
+# address, so writing the literal on the allowlist is the deliberate way in.
+# Destinations compare case-insensitively.
 allowlisted(dest, allowlist) if {
 	some entry in allowlist
 	allowlist_match(lower(dest), entry)
 }
 
-allowlist_match(_, entry) if entry == "*"
+allowlist_match(dest, entry) if {
+	entry == "*"
+	not literal_destination(dest)
+}
 
 allowlist_match(dest, entry) if {
 	is_string(entry)
@@ -47,8 +53,11 @@ allowlist_match(dest, entry) if {
 allowlist_match(dest, entry) if {
 	is_string(entry)
 	startswith(entry, "*.")
+	not literal_destination(dest)
 	endswith(dest, lower(trim_prefix(entry, "*")))
 }
+
+literal_destination(dest) if regex.match(`^([0-9]{1,3}(\.[0-9]{1,3}){3}(/[0-9]{1,2})?|\[[0-9A-Fa-f:.]+(/[0-9]{1,3})?\]):[0-9]{1,5}$`, dest)
 
 # Exactly what was asked for once it is allowed: the sandbox reaches these
 # destinations through the gateway's path and nothing else. Otherwise none.

@@ -96,3 +96,29 @@ test_tenant_without_allowlist_gets_no_egress if {
 	}))
 	d.deny == ["network egress to api.example.com:443 is not on the allowlist of tenant unlisted"]
 }
+
+test_names_patterns_never_allow_literals if {
+	not execgate.allowlisted("127.0.0.1:8080", ["*"])
+	not execgate.allowlisted("[::1]:8080", ["*"])
+	not execgate.allowlisted("10.0.0.0/8:443", ["*"])
+	not execgate.allowlisted("10.0.0.1:80", ["*.0.0.1:80"])
+	execgate.allowlisted("10.0.0.1:8080", ["*", "10.0.0.1:8080"])
+	execgate.allowlisted("10.0.0.0/8:443", ["10.0.0.0/8:443"])
+	execgate.allowlisted("[fd00::/8]:443", ["[FD00::/8]:443"])
+	not execgate.allowlisted("10.0.0.2:8080", ["10.0.0.1:8080", "10.0.0.0/8:8080"])
+}
+
+test_cidr_destinations_are_well_formed if {
+	d := execgate.decide_with(
+		patched({
+			"execution": {"egress": ["10.0.0.0/8:443", "[fd00::/8]:443", "[::1]:8080"]},
+			"subject": {"scopes": with_net},
+		}),
+		{
+			"acme": {"egress_allowlist": ["10.0.0.0/8:443", "[fd00::/8]:443", "[::1]:8080"]},
+			"default": data.tenants["default"],
+		},
+	)
+	d.allow
+	d.obligations.egress == ["10.0.0.0/8:443", "[fd00::/8]:443", "[::1]:8080"]
+}
