@@ -169,6 +169,17 @@ async def test_missing_scope_is_forbidden_and_audited(
 # --- policy -----------------------------------------------------------------------
 
 
+async def test_literal_and_cidr_destinations_reach_the_policy(
+    client: TestClient, token: Token
+) -> None:
+    # Well-formed for the model (IPv6 in brackets, CIDR): the policy decides.
+    egress = ["[::1]:8080", "10.0.0.0/8:443", "[fd00::/8]:443"]
+    body = {"language": "python", "code": "print(1)", "network": {"egress": egress}}
+    status, answer = await post(client, token(), body)
+    assert status == 403 and answer["error"]["code"] == "policy_denied", answer
+    assert all(any(e in r for r in answer["error"]["reasons"]) for e in egress)
+
+
 async def test_policy_denial_has_reasons_and_is_audited(
     client: TestClient, token: Token, settings: Settings
 ) -> None:
