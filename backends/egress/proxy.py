@@ -48,6 +48,8 @@ MAX_HEAD_BYTES = 16 * 1024
 HEAD_TIMEOUT_S = 10.0
 UPSTREAM_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 64
+# Vetted addresses tried in turn (each within UPSTREAM_TIMEOUT_S) before giving up.
+MAX_ADDRESSES = 4
 CHUNK = 64 * 1024
 # Never forwarded: they concern this hop (RFC 9110 section 7.6.1) or the proxy.
 HOP_HEADERS = frozenset(
@@ -209,7 +211,7 @@ class EgressProxy:
     async def _open(self, addresses: tuple[IPAddress, ...], host: str, port: int) -> Streams:
         """Connect to the first vetted address that answers (never to a new lookup)."""
         problem = "no address"
-        for address in addresses:
+        for address in addresses[:MAX_ADDRESSES]:
             try:
                 async with asyncio.timeout(UPSTREAM_TIMEOUT_S):
                     return await self.connect(str(address), port)
