@@ -101,11 +101,13 @@ class _Body:
             self.sent += len(chunk)
             if self._length is not None and self.sent > self._length:
                 raise ValueError("body longer than its Content-Length")
-            self.whole = content.at_eof() and self._length in (None, self.sent)
+            # Whole before the last yield: the upstream may answer as soon as it has it.
+            self.whole = self.sent == self._length
             yield chunk
         if self._length is not None and self.sent != self._length:
             # The upstream would wait for the rest, or read another caller's request.
             raise ValueError("body shorter than its Content-Length")
+        self.whole = True
 
 
 def upstream_url(request: web.Request, route: RouteSettings) -> URL:

@@ -136,6 +136,8 @@ async def test_a_gzip_body_arrives_byte_identical_and_smuggles_nothing(
     assert chunked.header("Transfer-Encoding") == "chunked"
     assert chunked.header("Content-Length") is None
     assert after.body == b"after" and after.header("Content-Encoding") is None
+    # Sound framing keeps the upstream connection pooled: all three shared one.
+    assert sized.connection == chunked.connection == after.connection
 
 
 async def test_a_body_that_decodes_short_never_eats_the_next_callers_request(
