@@ -7,6 +7,7 @@ of an intercepted path intercepted or refused, never forwarded with its code bod
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import struct
@@ -226,6 +227,26 @@ async def test_an_upstream_connection_in_doubt_is_not_reused(
     assert await resp.json() == {"target": "/api/echo", "bytes": 6}
     early, echo = upstream.requests
     assert echo.body == b"intact" and echo.connection != early.connection
+
+
+async def test_an_answer_cut_short_ends_the_callers_connection_too(
+    client: TestClient, token: Token, upstream: WireUpstream
+) -> None:
+    tok = token(scopes=SCOPES)
+    request = b"GET /llm/short HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\n\r\n"
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    writer.write(request % tok.encode())
+    # The caller gets the promised length's head, fewer bytes, then the end of the
+    # connection: never a gap that the next answer on it would fill.
+    received = await asyncio.wait_for(reader.read(), 30)
+    writer.close()
+    head, body = received.split(b"\r\n\r\n", 1)
+    assert b"200 OK" in head.split(b"\r\n")[0]
+    assert int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0]) > len(body)
+    resp = await client.get("/llm/echo", headers=auth(tok))
+    assert await resp.json() == {"target": "/api/echo", "bytes": 0}
+    short, echo = upstream.requests
+    assert echo.connection != short.connection
 
 
 async def test_compressed_bodies_the_gateway_reads_are_bounded(

@@ -32,7 +32,8 @@ class WireRequest:
 class WireUpstream:
     """Answers each request with JSON {"target", "bytes"}; a target containing
     "early" is answered as soon as its headers arrive (its body is read after, as
-    servers that answer before reading do); `answer_headers` join every answer."""
+    servers that answer before reading do), one containing "short" promises more
+    bytes than it sends and hangs up; `answer_headers` join every answer."""
 
     answer_headers: list[tuple[str, str]] = field(default_factory=list)
     raw: list[bytearray] = field(default_factory=list)
@@ -118,9 +119,12 @@ class WireUpstream:
         body = json.dumps({"target": request.target, "bytes": len(request.body)}).encode()
         head = ["HTTP/1.1 200 OK", "Content-Type: application/json"]
         head += [f"{k}: {v}" for k, v in self.answer_headers]
-        head.append(f"Content-Length: {len(body)}")
+        short = "short" in request.target
+        head.append(f"Content-Length: {len(body) + 100 if short else len(body)}")
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
         await writer.drain()
+        if short:
+            raise ConnectionResetError("hung up mid-answer, as the test asked")
 
 
 class _Recorded:
