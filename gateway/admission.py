@@ -127,6 +127,16 @@ class Admission:
             "executions_today": usage.executions_today,
         }
 
+    async def spend_rate(self, tenant: str, limits: TenantSettings) -> None:
+        """Admit a request that runs no code (a proxy pass-through) against the
+        tenant's request rate, shared with its executions; raises the same 429."""
+        try:
+            refusal = await self.state.spend_rate(tenant, quota(limits))
+        except StateUnavailable as exc:
+            raise state_error(exc) from None
+        if refusal is not None:
+            raise self._refuse(refusal, limits)
+
     async def admit(self, tenant: str, limits: TenantSettings) -> Slot:
         lease = secrets.token_hex(8)
         ttl = self.settings.lease_ttl_s

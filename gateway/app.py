@@ -191,6 +191,11 @@ def create_app(settings: Settings) -> web.Application:
     app = web.Application(
         middlewares=[error_middleware],
         client_max_size=settings.server.max_body_bytes,
+        # Bodies stay as they arrived: a proxy route forwards exactly the bytes and
+        # length it received (decoding here while forwarding the caller's
+        # Content-Length let a compressed body smuggle a request to the upstream);
+        # gateway endpoints decode in gateway/content_coding.py, bounded.
+        handler_args={"auto_decompress": False},
     )
     app[SETTINGS] = settings
     app[OPENAPI] = openapi_document()

@@ -10,24 +10,60 @@ import fnmatch
 import posixpath
 import re
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from gateway.settings_ingress import InterceptSettings, RouteSettings
 
 _MISSING = object()
 
 
+class AmbiguousPath(ValueError):
+    """A path an upstream could read as another path than the gateway does."""
+
+
+# RFC 3986 path characters, without ';' (matrix parameters, which many servers strip).
+_PATH_CHARS = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,=:@/]*")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_ENCODED_SEPARATOR = re.compile(r"%(2[fF]|5[cC])")
+
+
+def checked_path(raw_path: str) -> str:
+    """The request path decoded once, refusing every spelling that servers disagree
+    about: encoded '/' or '\\', double encoding ('%25'), NUL and other controls,
+    ';params', '?' or '#' hidden in an escape, non-ASCII, dot segments."""
+    if _BAD_ESCAPE.search(raw_path):
+        raise AmbiguousPath("malformed percent-encoding")
+    if _ENCODED_SEPARATOR.search(raw_path):
+        raise AmbiguousPath("an encoded '/' or '\\'")
+    try:
+        path = unquote_to_bytes(raw_path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise AmbiguousPath("not UTF-8") from None
+    if not _PATH_CHARS.fullmatch(path):
+        bad = sorted({c for c in path if not _PATH_CHARS.fullmatch(c)})
+        raise AmbiguousPath(f"characters outside the plain path set: {bad!r}")
+    if any(segment in (".", "..") for segment in path.split("/")):
+        raise AmbiguousPath("dot segments")
+    return path
+
+
 def normal_path(path: str) -> str:
     """The (decoded) path as an upstream might read it: no '//', '.', '..', trailing
-    '/', case. Matching this form errs towards interception: a spelling such as
-    "/run/" or "//RUN" cannot carry code past the pipeline to the upstream."""
+    '/', trailing dots of a segment, case. Matching this form errs towards
+    interception: "/run/", "//RUN" or "/run." cannot carry code past the pipeline."""
     path = posixpath.normpath("/" + re.sub("/+", "/", path).lstrip("/"))
-    return path.lower()
+    return "/".join(s.rstrip(".") if s.strip(".") else s for s in path.split("/")).lower()
+
+
+def path_rules(route: RouteSettings, path: str) -> list[InterceptSettings]:
+    """Every rule whose path matches, whatever its method."""
+    path = normal_path(path)
+    return [r for r in route.intercept if fnmatch.fnmatchcase(path, normal_path(r.path))]
 
 
 def find_rule(route: RouteSettings, method: str, path: str) -> InterceptSettings | None:
-    path = normal_path(path)
-    for rule in route.intercept:
-        if rule.method == method.upper() and fnmatch.fnmatchcase(path, normal_path(rule.path)):
+    for rule in path_rules(route, path):
+        if rule.method == method.upper():
             return rule
     return None
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gateway.proxy_headers import NEVER_FORWARDED
 
 # Paths the gateway serves itself; a route may not shadow them.
 GATEWAY_PATHS = ("/v1", "/mcp", "/healthz", "/readyz", "/metrics", "/openapi.json", "/console")
@@ -134,6 +136,14 @@ class RouteSettings(_Strict):
     # "jwt": pass-through needs an execgate bearer token too (verified, never
     # forwarded); "none": an open pass-through. Intercepted requests always need one.
     auth: Literal["jwt", "none"] = "jwt"
+    # The token scope a pass-through needs (auth = "jwt"); "" means
+    # "proxy:<prefix without its leading />", e.g. "proxy:openai". Admitted requests
+    # also spend the tenant's request rate.
+    scope: str = ""
+    # Request headers forwarded besides the built-in allowlist (gateway/proxy_headers.py),
+    # e.g. ["OpenAI-Organization", "anthropic-version"]. Credentials, framing,
+    # Forwarded/X-Forwarded-*/X-Real-IP and URL or method overrides cannot be named.
+    forward_headers: list[str] = []
     credential_header: str = ""
     credential_value_file: str = ""
     connect_timeout_s: float = Field(5.0, gt=0)
@@ -163,3 +173,32 @@ class RouteSettings(_Strict):
     @classmethod
     def _credential_header(cls, value: str) -> str:
         return _header(value)
+
+    @field_validator("scope")
+    @classmethod
+    def _scope(cls, value: str) -> str:
+        if value and not re.fullmatch(r"[!-~]+", value):
+            raise ValueError("a scope is one token of visible ASCII (no spaces)")
+        return value
+
+    @field_validator("forward_headers")
+    @classmethod
+    def _forward_headers(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name or not _HEADER.match(name):
+                raise ValueError(f"{name!r} is not an HTTP header name")
+            if name.lower() in NEVER_FORWARDED:
+                raise ValueError(f"{name} is never forwarded (credential, framing or override)")
+        return value
+
+    @model_validator(mode="after")
+    def _credential_not_forwarded(self) -> RouteSettings:
+        if self.credential_header.lower() in {h.lower() for h in self.forward_headers}:
+            raise ValueError(
+                f"forward_headers: {self.credential_header} carries the route's credential"
+            )
+        return self
+
+    @property
+    def required_scope(self) -> str:
+        return self.scope or "proxy:" + self.prefix.lstrip("/")

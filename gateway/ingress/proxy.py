@@ -10,21 +10,24 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import aiohttp
 from aiohttp import web
 
+from gateway import errors
+from gateway.admission import tenant_label
 from gateway.appkeys import PIPELINE, SERVICES
 from gateway.context import ExecContext
 from gateway.errors import GatewayError, invalid_field
 from gateway.ingress.rest import audit_edge, bearer_token, held_body, read_body
 from gateway.models import ExecutionRequest
 from gateway.proxy import Route, pass_through
-from gateway.proxy_intercept import answer, find_rule, request_body
+from gateway.proxy_intercept import AmbiguousPath, answer, checked_path, path_rules, request_body
 from gateway.settings import Settings
 from gateway.settings_ingress import InterceptSettings, RouteSettings
 from gateway.stages.auth import verify_bearer
+from gateway.tokens import Principal
 
 HTTP = web.AppKey("proxy_http", aiohttp.ClientSession)
 ROUTES = web.AppKey("proxy_routes", list)  # list[Route], in settings order
@@ -44,9 +47,13 @@ async def proxy_ctx(app: web.Application) -> AsyncIterator[None]:
             credential = (settings.credential_header, value.strip())
         routes.append(Route(settings, credential))
     app[ROUTES] = routes
-    # As-is bytes both ways (no decompression), no cookies kept, no env proxies.
+    # As-is bytes both ways (no decompression), no cookies kept, no env proxies, no
+    # headers the caller did not send (aiohttp would add Accept-Encoding and its UA).
     async with aiohttp.ClientSession(
-        auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False
+        auto_decompress=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+        skip_auto_headers=("Accept-Encoding", "User-Agent"),
     ) as http:
         app[HTTP] = http
         yield
@@ -63,12 +70,34 @@ def add_routes(app: web.Application, settings: Settings) -> None:
         app.router.add_route("*", route.prefix + "/{tail:.*}", handler)
 
 
+# Methods that may reach an intercepted path's upstream without a body.
+_BODYLESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
+
+
 def _handler(index: int) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
         route: Route = request.app[ROUTES][index]
-        rule = find_rule(route.settings, request.method, request.path)
+        try:
+            path = checked_path(request.rel_url.raw_path)
+        except AmbiguousPath as exc:
+            # Decided once, here: no spelling can mean one path to us and another upstream.
+            await _refuse(request, GatewayError(errors.INVALID_REQUEST, f"path: {exc}"))
+        rules = path_rules(route.settings, path)
+        method = request.method.upper()
+        rule = next((r for r in rules if r.method == method), None)
         if rule is not None:
             return await _intercept(request, route.settings, rule)
+        if rules and (request.body_exists or method not in _BODYLESS):
+            # An intercepted path under another method would carry its body unseen.
+            allow = ", ".join(sorted({r.method for r in rules}))
+            await _refuse(
+                request,
+                GatewayError(
+                    errors.METHOD_NOT_ALLOWED,
+                    f"{path} takes {allow} (run by the gateway); other methods carry no body",
+                    headers={"Allow": allow},
+                ),
+            )
         return await _forward(request, route)
 
     return handle
@@ -80,15 +109,55 @@ async def _audit(request: web.Request, type_: str, principal: Any, **fields: Any
     )
 
 
-async def _forward(request: web.Request, route: Route) -> web.StreamResponse:
+async def _refuse(
+    request: web.Request, exc: GatewayError, principal: Principal | None = None
+) -> NoReturn:
+    type_ = _AUDIT_TYPES.get(exc.code, "request.rejected")
+    await _audit(request, type_, principal, code=exc.code, outcome=exc.kind.outcome)
+    raise exc
+
+
+_AUDIT_TYPES = {
+    errors.UNAUTHENTICATED.code: "auth.failed",
+    errors.FORBIDDEN.code: "auth.failed",
+    errors.RATE_LIMITED.code: "rate.limited",
+}
+
+
+async def _admit(request: web.Request, route: Route) -> Principal | None:
+    """A pass-through's caller: a valid token holding the route's scope, within its
+    tenant's request rate (auth = "none": anyone, unlimited)."""
+    settings = route.settings
+    if settings.auth == "none":
+        return None
     svc = request.app[SERVICES]
-    principal = None
-    if route.settings.auth == "jwt":
-        try:
-            principal = await verify_bearer(svc, bearer_token(request))
-        except GatewayError as exc:
-            await _audit(request, "auth.failed", None, code=exc.code, outcome=exc.kind.outcome)
-            raise
+    try:
+        principal = await verify_bearer(svc, bearer_token(request))
+    except GatewayError as exc:
+        await _refuse(request, exc)
+    scope = settings.required_scope
+    if scope not in principal.scopes:
+        await _refuse(
+            request,
+            GatewayError(
+                errors.FORBIDDEN,
+                f"token lacks scope {scope}",
+                reason="missing_scope",
+                scope=scope,
+            ),
+            principal,
+        )
+    label = tenant_label(svc.settings, principal.tenant)
+    try:
+        await svc.admission.spend_rate(principal.tenant, svc.settings.tenant(principal.tenant))
+    except GatewayError as exc:
+        svc.metrics.rate_limited(label, exc.code)
+        await _refuse(request, exc, principal)
+    return principal
+
+
+async def _forward(request: web.Request, route: Route) -> web.StreamResponse:
+    principal = await _admit(request, route)
 
     async def on_answer(status: int) -> None:
         await _audit(

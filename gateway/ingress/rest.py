@@ -8,6 +8,7 @@ from aiohttp import web
 
 from gateway import errors
 from gateway.appkeys import PIPELINE, SERVICES
+from gateway.content_coding import content_codings, decode_body
 from gateway.context import ExecContext, new_id
 from gateway.decoders import decode_json_body
 from gateway.errors import GatewayError, invalid_field
@@ -30,11 +31,13 @@ async def read_body(request: web.Request) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise GatewayError(errors.TOO_LARGE, f"body over {limit} bytes", limit_bytes=limit)
     try:
-        return await request.read()
+        body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise GatewayError(
             errors.TOO_LARGE, f"body over {limit} bytes", limit_bytes=limit
         ) from None
+    # The server keeps bodies as received (gateway/content_coding.py says why).
+    return await decode_body(body, content_codings(request.headers), limit)
 
 
 def new_context(request: web.Request, ingress: str, body: bytes) -> ExecContext:

@@ -69,14 +69,30 @@ class MemoryState:
             del leases[lease]
         return len(leases)
 
-    async def admit(self, tenant: str, quota: Quota, lease: str, ttl_s: float) -> Refusal | None:
-        now = self._clock()
-        state = self._tenant(tenant)
+    @staticmethod
+    def _rate(state: _Tenant, now: float, quota: Quota) -> Refusal | float:
+        """The refusal, or the new theoretical arrival time once this request is spent."""
         interval = 1.0 / quota.rate_per_s
         tat = max(state.tat, now)
         allow_at = tat - (quota.burst - 1) * interval
         if now < allow_at:
             return Refusal("rate", allow_at - now)
+        return tat + interval
+
+    async def spend_rate(self, tenant: str, quota: Quota) -> Refusal | None:
+        state = self._tenant(tenant)
+        tat = self._rate(state, self._clock(), quota)
+        if isinstance(tat, Refusal):
+            return tat
+        state.tat = tat
+        return None
+
+    async def admit(self, tenant: str, quota: Quota, lease: str, ttl_s: float) -> Refusal | None:
+        now = self._clock()
+        state = self._tenant(tenant)
+        tat = self._rate(state, now, quota)
+        if isinstance(tat, Refusal):
+            return tat
         used, oldest = self._cpu(state, now)
         if used >= quota.cpu_s_per_hour:
             assert oldest is not None
@@ -87,7 +103,7 @@ class MemoryState:
             return Refusal("day", (day + 1) * DAY_S - now)
         if self._live(state.leases, now) >= quota.max_concurrent:
             return Refusal("concurrency", 1.0)
-        state.tat = tat + interval
+        state.tat = tat
         state.day, state.day_count = day, count + 1
         state.leases[lease] = now + ttl_s
         return None

@@ -37,6 +37,7 @@ class RedisState:
             health_check_interval=0,
         )
         self._admit = self.client.register_script(lua_script("admit"))
+        self._rate = self.client.register_script(lua_script("rate"))
         self._usage = self.client.register_script(lua_script("usage"))
         self._charge = self.client.register_script(lua_script("charge"))
         self._slot = self.client.register_script(lua_script("slot"))
@@ -80,6 +81,11 @@ class RedisState:
         if verdict == "ok":
             return None
         return Refusal(verdict, float(retry))  # type: ignore[arg-type]
+
+    async def spend_rate(self, tenant: str, quota: Quota) -> Refusal | None:
+        keys = [f"{PREFIX}tat:{tenant}"]
+        verdict, retry = await self.run(self._rate(keys=keys, args=[quota.rate_per_s, quota.burst]))
+        return None if verdict.decode() == "ok" else Refusal("rate", float(retry))
 
     async def usage(self, tenant: str, quota: Quota) -> Usage:
         live, cpu, count, remaining = await self.run(

@@ -159,3 +159,21 @@ async def test_memory_windows_roll_over() -> None:
         await adm.admit("t", limits)
     clock.now += 86400
     await (await adm.admit("t", limits)).release()
+
+
+async def test_a_pass_through_spends_the_rate_shared_with_executions(
+    admission: Admission,
+) -> None:
+    limits = TenantSettings(**SLOW, burst=3, max_concurrent=1, executions_per_day=1)
+    await admission.spend_rate("t", limits)
+    await admission.spend_rate("t", limits)
+    # Rate only: no day count, no concurrency lease was spent.
+    assert (await admission.usage("t", limits))["executions_today"] == 0
+    slot = await admission.admit("t", limits)  # the third unit of the burst
+    for spend in (lambda: admission.spend_rate("t", limits), lambda: admission.admit("t", limits)):
+        with pytest.raises(GatewayError) as exc:
+            await spend()
+        assert exc.value.code == "rate_limited" and exc.value.extra["limit"] == "rate"
+        assert exc.value.headers["RateLimit"].startswith('"rate";r=0;')
+    await slot.release()
+    await admission.spend_rate("u", limits)  # another tenant's rate is its own

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.proxy_intercept import answer, find_rule, get_pointer, request_body, set_pointer
+from gateway.proxy_intercept import (
+    AmbiguousPath,
+    answer,
+    checked_path,
+    find_rule,
+    get_pointer,
+    path_rules,
+    request_body,
+    set_pointer,
+)
 from gateway.settings_ingress import InterceptSettings, RouteSettings
 
 
@@ -71,3 +80,59 @@ def test_answer_in_the_upstream_shape() -> None:
 def test_bad_rules_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         InterceptSettings.model_validate({"path": "/x", **bad})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "/sbx/run;x=1",
+        "/sbx/run;",
+        "/sbx/run%00",
+        "/sbx/run%0a",
+        "/sbx%2frun",
+        "/sbx%2Frun",
+        "/sbx%5crun",
+        "/sbx/run%3f",
+        "/sbx/run%23",
+        "/sbx/%2572un",  # double encoding
+        "/sbx/%zzrun",
+        "/sbx/run%",
+        "/sbx/r%C3%BCn",
+        "/sbx/%EF%BD%92un",
+        "/sbx/run%c0%af",  # overlong UTF-8
+        "/sbx/run%20",
+        "/sbx/./run",
+        "/sbx/x/../run",
+        "/sbx/%2e%2e/run",
+        "/sbx/run/.",
+    ],
+)
+def test_ambiguous_paths_are_refused(raw: str) -> None:
+    with pytest.raises(AmbiguousPath):
+        checked_path(raw)
+
+
+def test_every_plain_respelling_matches_its_rule() -> None:
+    route = _route(method="POST", path="/sbx/run")
+    for raw in ("/sbx/run", "/sbx/RUN", "/sbx/%72un", "/sbx//run", "/sbx/run/", "/sbx/run."):
+        path = checked_path(raw)
+        assert find_rule(route, "post", path) is not None, raw
+        assert path_rules(route, path) and find_rule(route, "PUT", path) is None
+    assert checked_path("/sbx/model:v1@x") == "/sbx/model:v1@x"
+
+
+def test_a_route_needs_a_scope_and_forwards_no_credential_by_name() -> None:
+    base = {"prefix": "/openai/", "upstream_url": "http://127.0.0.1:1"}
+    assert RouteSettings.model_validate(base).required_scope == "proxy:openai"
+    assert RouteSettings.model_validate({**base, "scope": "llm"}).required_scope == "llm"
+    never = ("Cookie", "authorization", "X-Forwarded-For", "Forwarded", "X-Real-IP")
+    never += ("X-Original-URL", "Content-Length", "Transfer-Encoding", "Host", "bad name")
+    for name in never:
+        with pytest.raises(ValueError, match="forward_headers"):
+            RouteSettings.model_validate({**base, "forward_headers": [name]})
+    with pytest.raises(ValueError, match="credential"):
+        RouteSettings.model_validate(
+            {**base, "credential_header": "X-Api-Key", "forward_headers": ["x-api-key"]}
+        )
+    with pytest.raises(ValueError, match="scope"):
+        RouteSettings.model_validate({**base, "scope": "two words"})
