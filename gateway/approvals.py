@@ -45,12 +45,15 @@ CREATE TABLE IF NOT EXISTS spent_tokens (
 # Approvers see an input file or stdin inline when it is text of at most this many
 # bytes; anything else by its sha256 and size (the binding holds it to those bytes).
 SHOW_INLINE_BYTES = 16 * 1024
+# ...and at most this much inline per approval (stdin first, then files in order), so
+# a listing of many approvals with many files stays a bounded answer.
+SHOW_TOTAL_BYTES = 64 * 1024
 
 
-def shown(content: bytes) -> dict[str, Any]:
+def shown(content: bytes, limit: int = SHOW_INLINE_BYTES) -> dict[str, Any]:
     """{"bytes", "sha256", "content"}: content is the text, or null when not shown."""
     text: str | None = None
-    if len(content) <= SHOW_INLINE_BYTES:
+    if len(content) <= min(limit, SHOW_INLINE_BYTES):
         try:
             text = content.decode("utf-8")
         except UnicodeDecodeError:
@@ -103,10 +106,15 @@ class Approval:
 
     def inputs(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Every input file ({"path", "bytes", "sha256", "content"}) and stdin, as shown."""
-        files = [
-            {"path": f["path"], **shown(_file_bytes(f))} for f in self.request.get("files", [])
-        ]
-        return files, shown(str(self.request.get("stdin", "")).encode("utf-8"))
+        stdin = shown(str(self.request.get("stdin", "")).encode("utf-8"))
+        budget = SHOW_TOTAL_BYTES - (stdin["bytes"] if stdin["content"] is not None else 0)
+        files = []
+        for entry in self.request.get("files", []):
+            item = shown(_file_bytes(entry), budget)
+            if item["content"] is not None:
+                budget -= item["bytes"]
+            files.append({"path": entry["path"], **item})
+        return files, stdin
 
     def public(self) -> dict[str, Any]:
         """What the API and the webhook show: what will run (files small enough to read

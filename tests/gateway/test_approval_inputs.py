@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.approvals import SHOW_INLINE_BYTES
+from gateway.approvals import SHOW_INLINE_BYTES, SHOW_TOTAL_BYTES
 from tests.gateway.approval_gateway import (  # noqa: F401 (fixtures)
     Receiver,
     gateway_env_fixture,
@@ -133,3 +133,25 @@ async def test_the_record_and_the_webhook_show_files_and_stdin(
     data = receiver[0].received[0]["data"]
     assert data["files"] == expected_files and data["stdin"] == expected_stdin
     assert data["binding_sha256"] == record["binding_sha256"]
+
+
+async def test_inline_inputs_are_bounded_per_approval(start: Any) -> None:
+    """Many small text files: inline until the approval's budget is spent, then by
+    hash, so a listing of many approvals stays a bounded answer."""
+    gw, client = await start()
+    piece = b"#" * (SHOW_INLINE_BYTES - 1)
+    count = SHOW_TOTAL_BYTES // len(piece) + 3
+    body = {
+        "language": "python",
+        "code": "import ctypes\n",
+        "files": files(*((f"f{i}.txt", piece) for i in range(count))),
+    }
+    resp = await client.post("/v1/executions", json=body, headers=auth(gw.token()))
+    held = await resp.json()
+    assert resp.status == 202, held
+    listing = await (await client.get("/v1/approvals", headers=gw.approver())).json()
+    (record,) = [a for a in listing["approvals"] if a["approval_id"] == held["approval_id"]]
+    inline = [f for f in record["files"] if f["content"] is not None]
+    assert len(inline) == SHOW_TOTAL_BYTES // len(piece)
+    assert all(f["sha256"] == hashlib.sha256(piece).hexdigest() for f in record["files"])
+    assert len(record["files"]) == count
