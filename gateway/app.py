@@ -153,7 +153,7 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
     stack.push_async_callback(admission.close)
     await approval_store.start()
     stack.push_async_callback(approval_store.close)
-    desk = ApprovalDesk(settings.approvals, approval_store, audit, store)
+    desk = ApprovalDesk(settings.approvals, approval_store, audit, store, callbacks=limit_state)
     await desk.start()
     stack.push_async_callback(desk.close)
 

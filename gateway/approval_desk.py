@@ -9,16 +9,18 @@ across restarts (the store is persistent and the expiry sweep runs at start).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
+from gateway import approval_binding
 from gateway.approval_tokens import ApprovalGrant, ApprovalSigner, load_or_create_signing_key
 from gateway.approvals import Approval, ApprovalRecords, DecisionWord, iso
 from gateway.audit import AuditLog
@@ -27,6 +29,8 @@ from gateway.decoders import decode_json_body
 from gateway.errors import GatewayError
 from gateway.executions import ExecutionStore
 from gateway.settings import ApprovalsSettings
+from gateway.state.base import LimitState
+from gateway.state.memory import MemoryState
 from gateway.tokens import Principal
 from gateway.webhooks import headers_for, load_secret
 
@@ -48,12 +52,16 @@ class ApprovalDesk:
         audit: AuditLog,
         executions: ExecutionStore,
         clock: Callable[[], float] = time.time,
+        callbacks: LimitState | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.audit = audit
         self.executions = executions
         self._clock = clock
+        # Where webhook ids of decision callbacks are remembered: the shared state
+        # (Redis: every replica sees every id), in-process for one gateway.
+        self._callbacks: LimitState = callbacks if callbacks is not None else MemoryState()
         self.signer: ApprovalSigner | None = None
         self._webhook_key: bytes | None = None
         self.callback_key: bytes | None = None
@@ -130,6 +138,9 @@ class ApprovalDesk:
             created_at=now,
             expires_at=now + ttl,
             delivery={"status": "pending" if self.settings.webhook_url else "not_configured"},
+            binding=approval_binding.of(ctx),
+            backend=ctx.backend,
+            tool=approval_binding.tool_of(ctx),
         )
         await self.store.create(approval)
         self.executions.held(ctx.execution_id, approval.tenant, self._summary(approval))
@@ -209,8 +220,29 @@ class ApprovalDesk:
 
     # --- deciding ------------------------------------------------------------------
 
+    async def claim_callback(
+        self, webhook_id: str, approval_id: str, body: bytes
+    ) -> Literal["new", "duplicate", "reused"]:
+        """Spend a verified callback's webhook id: "new" the first time, "duplicate"
+        for the same message again, "reused" for the id on another body or approval.
+        Raises StateUnavailable."""
+        fingerprint = hashlib.sha256(approval_id.encode() + b"\n" + body).hexdigest()
+        # A timestamp verifies from `tolerance` before now to `tolerance` after it:
+        # the id is remembered for as long as any copy of the message could verify.
+        ttl_s = 2 * self.settings.callback_tolerance_s + 60
+        held = await self._callbacks.claim_once(f"webhook:{webhook_id}", fingerprint, ttl_s)
+        if held is None:
+            return "new"
+        return "duplicate" if held == fingerprint else "reused"
+
     async def decide(
-        self, approval_id: str, word: DecisionWord, approver: str, reason: str, via: str
+        self,
+        approval_id: str,
+        word: DecisionWord,
+        approver: str,
+        reason: str,
+        via: str,
+        **audit: Any,
     ) -> tuple[Approval, str | None]:
         """Record a decision; on approval mint a token and (run_held) run the execution."""
         approval, changed = await self.store.decide(approval_id, word, approver, reason)
@@ -228,6 +260,7 @@ class ApprovalDesk:
             reason=reason,
             via=via,
             requester=approval.requester,
+            **audit,
         )
         if word == "deny":
             await self.executions.settle(
@@ -254,6 +287,8 @@ class ApprovalDesk:
             code_sha256=approval.code_sha256,
             limits=limits,
             egress=list(approval.request.get("network", {}).get("egress", [])),
+            # An approval held before bindings existed has none: its token redeems nothing.
+            binding=approval.binding,
             ttl_s=max(approval.expires_at - self._clock(), 60),
         )
         return token
@@ -294,6 +329,9 @@ class ApprovalDesk:
             raise PermissionError(f"approval is {approval.status}")
         if not await self.store.spend_token(grant.jti, grant.expires_at):
             raise PermissionError("token already used")
+        # Once per approval too, however many tokens name it.
+        if not await self.store.spend_token(f"approval:{approval.id}", grant.expires_at):
+            raise PermissionError("approval already used")
         updated = await self.store.update(approval.id, status="executed")
         assert updated is not None
         return updated

@@ -2,8 +2,10 @@
 
 Signed with the gateway's own Ed25519 key, separate from every bearer-token key, and
 verified with that key and algorithm only, so neither `alg: none` nor HS/EdDSA key
-confusion can forge one. A token binds the tenant, the code's sha256, the limit
-ceilings and egress that were approved, an expiry and a single-use `jti`.
+confusion can forge one. A token binds the whole approved request (`binding`: the
+digest of gateway/approval_binding.py over language, code, files, stdin, backend,
+tool, limits, egress, requester and tenant), an expiry and a single-use `jti`; the
+SPEC's own claims (`tenant`, `code_sha256`, `limits`, `egress`) stay for readers.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ log = logging.getLogger(__name__)
 
 AUDIENCE = "execgate:approval"
 ISSUER = "execgate"
-_REQUIRED = ["exp", "iat", "jti", "aud", "iss", "sub", "tenant", "code_sha256", "approval_id"]
+_REQUIRED = [
+    "exp", "iat", "jti", "aud", "iss", "sub", "tenant", "code_sha256", "approval_id", "binding",
+]  # fmt: skip
 
 
 class ApprovalTokenError(Exception):
@@ -49,6 +53,8 @@ class ApprovalGrant:
     egress: tuple[str, ...]
     jti: str
     expires_at: float
+    # The approved request's binding claim, compared whole at redemption.
+    binding: dict[str, Any]
 
 
 def load_or_create_signing_key(path: Path) -> ed25519.Ed25519PrivateKey:
@@ -84,6 +90,7 @@ class ApprovalSigner:
         code_sha256: str,
         limits: dict[str, float],
         egress: list[str],
+        binding: dict[str, Any],
         ttl_s: float,
     ) -> tuple[str, ApprovalGrant]:
         now = int(self._clock())
@@ -98,6 +105,7 @@ class ApprovalSigner:
             "code_sha256": code_sha256,
             "limits": limits,
             "egress": egress,
+            "binding": binding,
             "iat": now,
             "exp": now + max(int(ttl_s), 1),
             "jti": jti,
@@ -134,8 +142,11 @@ class ApprovalSigner:
     def _grant(claims: dict[str, Any]) -> ApprovalGrant:
         limits = claims.get("limits") or {}
         egress = claims.get("egress") or []
+        binding = claims["binding"]
         if not isinstance(limits, dict) or not isinstance(egress, list):
             raise ValueError("limits and egress must be an object and a list")
+        if not isinstance(binding, dict):
+            raise ValueError("binding must be an object")
         return ApprovalGrant(
             approval_id=str(claims["approval_id"]),
             tenant=str(claims["tenant"]),
@@ -146,4 +157,5 @@ class ApprovalSigner:
             egress=tuple(str(e) for e in egress),
             jti=str(claims["jti"]),
             expires_at=float(claims["exp"]),
+            binding=binding,
         )

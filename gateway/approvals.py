@@ -8,6 +8,9 @@ deciders racing cannot both win, and a single-use token id can be spent once.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import hashlib
 import json
 import sqlite3
 import time
@@ -39,6 +42,34 @@ CREATE TABLE IF NOT EXISTS spent_tokens (
 """
 
 
+# Approvers see an input file or stdin inline when it is text of at most this many
+# bytes; anything else by its sha256 and size (the binding holds it to those bytes).
+SHOW_INLINE_BYTES = 16 * 1024
+# ...and at most this much inline per approval (stdin first, then files in order), so
+# a listing of many approvals with many files stays a bounded answer.
+SHOW_TOTAL_BYTES = 64 * 1024
+
+
+def shown(content: bytes, limit: int = SHOW_INLINE_BYTES) -> dict[str, Any]:
+    """{"bytes", "sha256", "content"}: content is the text, or null when not shown."""
+    text: str | None = None
+    if len(content) <= min(limit, SHOW_INLINE_BYTES):
+        try:
+            text = content.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and "\x00" in text:
+            text = None
+    return {"bytes": len(content), "sha256": hashlib.sha256(content).hexdigest(), "content": text}
+
+
+def _file_bytes(entry: dict[str, Any]) -> bytes:
+    try:
+        return base64.b64decode(entry.get("content_b64", ""), validate=True)
+    except (binascii.Error, ValueError):
+        return b""  # validated when held; a damaged record shows as empty, never a 500
+
+
 def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
@@ -67,12 +98,28 @@ class Approval:
     decision_reason: str = ""
     delivery: dict[str, Any] = field(default_factory=lambda: {"status": "not_configured"})
     result_status: str | None = None
+    # What the approval binds (gateway/approval_binding.py, sealed when held), and the
+    # backend and guarded tool it binds, for approvers to read.
+    binding: dict[str, Any] = field(default_factory=dict)
+    backend: str | None = None
+    tool: dict[str, Any] | None = None
+
+    def inputs(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Every input file ({"path", "bytes", "sha256", "content"}) and stdin, as shown."""
+        stdin = shown(str(self.request.get("stdin", "")).encode("utf-8"))
+        budget = SHOW_TOTAL_BYTES - (stdin["bytes"] if stdin["content"] is not None else 0)
+        files = []
+        for entry in self.request.get("files", []):
+            item = shown(_file_bytes(entry), budget)
+            if item["content"] is not None:
+                budget -= item["bytes"]
+            files.append({"path": entry["path"], **item})
+        return files, stdin
 
     def public(self) -> dict[str, Any]:
-        """What the API shows: everything but the held files' contents."""
-        request = dict(self.request)
-        request["files"] = [{"path": f["path"]} for f in request.get("files", [])]
-        request.pop("approval_token", None)
+        """What the API and the webhook show: what will run (files small enough to read
+        inline, others by hash and size; stdin likewise), never a token."""
+        files, stdin = self.inputs()
         return {
             "approval_id": self.id,
             "tenant": self.tenant,
@@ -82,6 +129,11 @@ class Approval:
             "language": self.language,
             "code": self.request.get("code", ""),
             "code_sha256": self.code_sha256,
+            "files": files,
+            "stdin": stdin,
+            "backend": self.backend,
+            "tool": self.tool,
+            "binding_sha256": self.binding.get("sha256"),
             "features": self.features,
             "reasons": self.reasons,
             "limits": self.request.get("limits", {}),

@@ -228,6 +228,10 @@ class DecisionRequest(Strict):
     reason: str = Field("", max_length=2000)
     # Who decided, for signed callbacks (a JWT names its own subject).
     approver: str | None = Field(None, max_length=200)
+    # The approval decided: required in a signed callback (the signature then covers
+    # it, so a callback for one approval cannot decide another); optional with a JWT,
+    # and then it must name the approval of the URL.
+    approval_id: str | None = Field(None, max_length=100)
 
 
 class HeldResponse(Strict):

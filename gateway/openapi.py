@@ -169,12 +169,18 @@ def build_openapi(version: str) -> dict[str, Any]:
                         "content": {"application/json": {"schema": _ref("DecisionRequest")}},
                     },
                     "responses": {
-                        "200": {"description": "the approval; approve adds approval_token"},
-                        "400": _error("invalid_request"),
+                        "200": {
+                            "description": (
+                                "JWT: the approval; approve adds approval_token. Signed "
+                                "callback: {approval_id, status, approver, decided_at, "
+                                "webhook_id, duplicate}, never a token"
+                            )
+                        },
+                        "400": _error("invalid_request (a callback without approval_id)"),
                         "401": _error("unauthenticated (JWT or callback signature)"),
-                        "403": _error("forbidden (scope, self-approval)"),
+                        "403": _error("forbidden (scope, self-approval, other_approval)"),
                         "404": _error("not_found"),
-                        "409": _error("conflict or approval_expired"),
+                        "409": _error("conflict (webhook_id_reused) or approval_expired"),
                     },
                 }
             },

@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from gateway import errors, logs
+from gateway.approvals import iso
 from gateway.audit import AuditUnavailable
 from gateway.context import ExecContext
 from gateway.errors import GatewayError
@@ -111,7 +112,7 @@ class Pipeline:
                 approval_id=approval.id,
                 reasons=approval.reasons,
                 code_sha256=approval.code_sha256,
-                expires_at=approval.public()["expires_at"],
+                expires_at=iso(approval.expires_at),
                 webhook=approval.delivery.get("status"),
             )
         )

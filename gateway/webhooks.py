@@ -22,7 +22,12 @@ class WebhookSecretError(Exception):
 
 
 class SignatureError(Exception):
-    """A callback's Standard Webhooks headers do not verify."""
+    """A callback's Standard Webhooks headers do not verify; `reason` is a stable word:
+    missing_headers, bad_timestamp, stale_timestamp or bad_signature."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def load_secret(path: Path) -> bytes:
@@ -72,16 +77,18 @@ def verify(
     raw_ts = lowered.get("webhook-timestamp", "")
     signatures = lowered.get("webhook-signature", "")
     if not (msg_id and raw_ts and signatures):
-        raise SignatureError("missing webhook-id, webhook-timestamp or webhook-signature")
+        raise SignatureError(
+            "missing_headers", "missing webhook-id, webhook-timestamp or webhook-signature"
+        )
     try:
         timestamp = int(raw_ts)
     except ValueError:
-        raise SignatureError("webhook-timestamp is not an integer") from None
+        raise SignatureError("bad_timestamp", "webhook-timestamp is not an integer") from None
     current = time.time() if now is None else now
     if abs(current - timestamp) > tolerance_s:
-        raise SignatureError("webhook-timestamp outside the tolerance")
+        raise SignatureError("stale_timestamp", "webhook-timestamp outside the tolerance")
     expected = sign(key, msg_id, timestamp, body).encode()
     for candidate in signatures.split():
         if hmac.compare_digest(candidate.encode(), expected):
             return msg_id
-    raise SignatureError("no matching signature")
+    raise SignatureError("bad_signature", "no matching signature")

@@ -35,12 +35,15 @@ native_code_reason(v, found) := concat("", [
 	count(found) > 0
 } else := concat("", [text(v.language), " code for tenant ", text(v.tenant), " loads native code"])
 
-# An approval satisfies the policy only for the very code that was approved.
-# The gateway has already verified the token's signature, expiry and single
-# use; the policy only sees that it was presented and what it covers.
+# An approval satisfies the policy only for the very request that was approved.
+# The gateway has already verified the token's signature, expiry and single use,
+# and refused any token whose binding (language, code, files, stdin, backend,
+# tool, limits, egress, requester, tenant) differs; the policy only sees that
+# it was presented and that it covers this code and this whole request.
 approved(v) if {
 	v.approval.present == true
 	v.approval.code_sha256_match == true
+	v.approval.request_match == true
 }
 
 pending_approval_reasons(v) := set() if {

@@ -26,7 +26,7 @@ test_reason_without_a_native_import if {
 test_matching_approval_allows if {
 	d := execgate.decide(object.union(object.remove(native, ["approval"]), {"approval": {
 		"present": true, "id": "apr_1", "approver": "alice",
-		"code_sha256_match": true, "expires_at": "2026-11-29T10:15:00Z",
+		"code_sha256_match": true, "request_match": true, "expires_at": "2026-11-29T10:15:00Z",
 	}}))
 	d.allow
 	not d.require_approval

@@ -57,7 +57,7 @@ test_tool_approval_by_name if {
 }
 
 test_tool_approval_satisfied_by_matching_token if {
-	inp := replaced("approval", {"present": true, "id": "apr_1", "approver": "sec", "code_sha256_match": true, "expires_at": "2026-11-29T11:00:00Z"})
+	inp := replaced("approval", {"present": true, "id": "apr_1", "approver": "sec", "code_sha256_match": true, "request_match": true, "expires_at": "2026-11-29T11:00:00Z"})
 	d := execgate.decide_with(inp, tenants_with({"tool_approval": ["*"]}))
 	d.allow
 }

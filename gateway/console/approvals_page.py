@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -58,24 +59,48 @@ def _decision_form(session: Session, approval: Approval) -> str:
     )
 
 
+def _shown(label: str, shown: dict[str, Any]) -> str:
+    """One input (a file or stdin): its size and hash, and its text when it is shown."""
+    head = (
+        f'<h4>{html.esc(label)} <span class="muted">{html.esc(shown["bytes"])} bytes, '
+        f"sha256 {html.esc(shown['sha256'])}</span></h4>"
+    )
+    if shown["content"] is None:
+        return head + '<p class="muted">not text, or too large to show: check it by its hash</p>'
+    return head + f'<pre class="code input">{html.esc(shown["content"])}</pre>'
+
+
+def _inputs(public: dict[str, Any]) -> str:
+    """Every input file and stdin: the approval binds all of them, so all are shown."""
+    parts = [_shown(f["path"], f) for f in public["files"]]
+    body = "<h3>Input files</h3>" + ("".join(parts) or '<p class="muted">none</p>')
+    stdin = public["stdin"]
+    if stdin["bytes"]:
+        body += _shown("stdin", stdin)
+    else:
+        body += '<h3>stdin</h3><p class="muted">empty</p>'
+    return body
+
+
 async def _pending_card(session: Session, approval: Approval) -> str:
     public = approval.public()
     code = await asyncio.to_thread(highlight, public["code"], approval.language)
     limits = {k: v for k, v in public["limits"].items() if v is not None}
-    files = [f["path"] for f in approval.request.get("files", [])]
+    bound = {
+        "tenant": approval.tenant,
+        "approval": approval.id,
+        "execution": approval.execution_id,
+        "requested": public["created_at"],
+        "backend": approval.backend or "",
+        "code sha256": approval.code_sha256,
+    }
+    if approval.tool is not None:
+        bound["tool"] = f"{approval.tool.get('name')} on {approval.tool.get('server')}"
     return (
         f'<article class="card approval" id="{html.esc(approval.id)}">'
         f"<header><h2>{html.esc(approval.language)} from {html.esc(approval.requester)}</h2>"
         f"{_time_left(approval.expires_at)}</header>"
-        + html.fields(
-            {
-                "tenant": approval.tenant,
-                "approval": approval.id,
-                "execution": approval.execution_id,
-                "requested": public["created_at"],
-                "code sha256": approval.code_sha256,
-            }
-        )
+        + html.fields(bound)
         + "<h3>Why it is held</h3>"
         + html.items(approval.reasons, "no reason given")
         + "<h3>Analysis features</h3>"
@@ -85,8 +110,8 @@ async def _pending_card(session: Session, approval: Approval) -> str:
         + "</div><div><h3>Requested egress</h3>"
         + html.items(public["egress"], "no network")
         + "</div></div>"
-        + (f"<h3>Input files</h3>{html.items(files)}" if files else "")
         + f'<h3>Code</h3><pre class="code">{code}</pre>'
+        + _inputs(public)
         + _decision_form(session, approval)
         + "</article>"
     )

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from gateway import errors
 from gateway.appkeys import PIPELINE, SERVICES
+from gateway.approvals import iso
 from gateway.content_coding import content_codings, decode_body
 from gateway.context import ExecContext, new_id
 from gateway.decoders import decode_json_body
@@ -64,12 +65,11 @@ async def create_execution(request: web.Request) -> web.Response:
 def held_body(ctx: ExecContext) -> dict[str, object]:
     approval = ctx.held
     assert approval is not None
-    public = approval.public()
     return {
         "status": "pending_approval",
         "approval_id": approval.id,
         "execution_id": ctx.execution_id,
-        "expires_at": public["expires_at"],
+        "expires_at": iso(approval.expires_at),
         "reasons": approval.reasons,
     }
 

@@ -1,10 +1,11 @@
-"""analyse: the code -> imports, calls and features the policy can reason about."""
+"""analyse: the code and its input files -> imports, calls and features the policy
+can reason about."""
 
 from __future__ import annotations
 
 import asyncio
 
-from gateway.analysis import analyse as analyse_code
+from gateway.analysis import analyse_request
 from gateway.context import ExecContext
 from gateway.services import Services
 
@@ -16,7 +17,9 @@ INLINE_LIMIT_BYTES = 2 * 1024
 async def analyse(ctx: ExecContext, svc: Services) -> None:
     assert ctx.request is not None
     language, code = ctx.request.language, ctx.request.code
-    if len(code) <= INLINE_LIMIT_BYTES:
-        ctx.analysis = analyse_code(language, code)
+    files = [(f.path, f.content()) for f in ctx.request.files]
+    size = len(code) + sum(len(content) for _, content in files)
+    if size <= INLINE_LIMIT_BYTES:
+        ctx.analysis = analyse_request(language, code, files)
     else:
-        ctx.analysis = await asyncio.to_thread(analyse_code, language, code)
+        ctx.analysis = await asyncio.to_thread(analyse_request, language, code, files)

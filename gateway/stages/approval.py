@@ -4,9 +4,9 @@ hold_for_approval: a decision that requires a person holds the request.
 
 from __future__ import annotations
 
-import hashlib
+from typing import Any
 
-from gateway import errors
+from gateway import approval_binding, errors
 from gateway.approval_tokens import ApprovalTokenError
 from gateway.approvals import Approval, iso
 from gateway.context import ExecContext
@@ -22,8 +22,15 @@ class Held(Exception):
         self.approval = approval
 
 
-def _refuse(reason: str, message: str) -> GatewayError:
-    return GatewayError(errors.APPROVAL_INVALID, message, reason=reason)
+def _refuse(
+    ctx: ExecContext, svc: Services, reason: str, message: str, **extra: Any
+) -> GatewayError:
+    """A refused token: `approval.refused` (reason, approval, parts that differ) goes
+    into the request's audit chain ahead of its terminal record."""
+    ctx.audit_pending.append(
+        svc.audit.submit("approval.refused", **ctx.audit_fields(), reason=reason, **extra)
+    )
+    return GatewayError(errors.APPROVAL_INVALID, message, reason=reason, **extra)
 
 
 async def redeem_approval(ctx: ExecContext, svc: Services) -> None:
@@ -36,31 +43,39 @@ async def redeem_approval(ctx: ExecContext, svc: Services) -> None:
     try:
         grant = signer.verify(token)
     except ApprovalTokenError as exc:
-        raise _refuse(exc.reason, f"approval token refused: {exc.reason}") from None
-    code_sha256 = hashlib.sha256(ctx.request.code.encode("utf-8")).hexdigest()
-    if grant.tenant != ctx.principal.tenant:
-        raise _refuse("wrong_tenant", "approval token is for another tenant")
-    if grant.code_sha256 != code_sha256:
-        raise _refuse("code_mismatch", "approval token was granted for different code")
-    for key, value in ctx.request.limits.model_dump(exclude_none=True).items():
-        ceiling = grant.limits.get(key)
-        if ceiling is not None and value > ceiling:
-            raise _refuse("limits_exceed_approval", f"{key} {value} is over the approved {ceiling}")
-    extra = set(ctx.request.network.egress) - set(grant.egress)
-    if extra:
-        raise _refuse("egress_not_approved", f"egress not approved: {sorted(extra)}")
+        raise _refuse(
+            ctx, svc, exc.reason, f"approval token refused: {exc.reason}", approval_id=None
+        ) from None
+    # Everything that decides what runs, compared whole: any difference is refused and
+    # the token stays unspent (the approved request itself can still run once).
+    mismatch = approval_binding.differences(grant.binding, approval_binding.of(ctx))
+    if mismatch:
+        raise _refuse(
+            ctx,
+            svc,
+            "request_mismatch",
+            "approval token was granted for a different request: " + ", ".join(mismatch),
+            approval_id=grant.approval_id,
+            mismatch=mismatch,
+        )
     try:
         approval = await svc.approvals.redeem(grant)
     except LookupError:
-        raise _refuse("unknown_approval", "approval token names no approval") from None
+        raise _refuse(
+            ctx, svc, "unknown_approval", "approval token names no approval",
+            approval_id=grant.approval_id,
+        ) from None  # fmt: skip
     except PermissionError as exc:
-        raise _refuse("reused", f"approval token refused: {exc}") from None
+        raise _refuse(
+            ctx, svc, "reused", f"approval token refused: {exc}", approval_id=grant.approval_id
+        ) from None
     ctx.grant = grant
     ctx.approval = {
         "present": True,
         "id": approval.id,
         "approver": approval.approver,
         "code_sha256_match": True,
+        "request_match": True,
         "expires_at": iso(grant.expires_at),
     }
 

@@ -80,3 +80,8 @@ class LimitState(Protocol):
     async def spend_once(self, key: str, ttl_s: float) -> bool:
         """True the first time `key` is spent (until `ttl_s` passes), across replicas."""
         ...
+
+    async def claim_once(self, key: str, value: str, ttl_s: float) -> str | None:
+        """None the first time `key` is claimed (it then holds `value` until `ttl_s`
+        passes, across replicas); afterwards the value its first claim stored."""
+        ...

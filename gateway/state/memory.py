@@ -40,6 +40,7 @@ class MemoryState:
         self._slots: dict[tuple[str, str], float] = {}  # (tenant, lease) -> expires at
         self._waiting: dict[tuple[str, str], float] = {}
         self._spent: dict[str, float] = {}
+        self._claims: dict[str, tuple[str, float]] = {}  # key -> (value, expires at)
 
     async def start(self) -> None:
         pass
@@ -172,3 +173,13 @@ class MemoryState:
             return False
         self._spent[key] = now + ttl_s
         return True
+
+    async def claim_once(self, key: str, value: str, ttl_s: float) -> str | None:
+        now = self._clock()
+        for old in [k for k, (_, exp) in self._claims.items() if exp <= now]:
+            del self._claims[old]
+        held = self._claims.get(key)
+        if held is not None:
+            return held[0]
+        self._claims[key] = (value, now + ttl_s)
+        return None

@@ -42,6 +42,7 @@ class RedisState:
         self._charge = self.client.register_script(lua_script("charge"))
         self._slot = self.client.register_script(lua_script("slot"))
         self._renew = self.client.register_script(lua_script("renew"))
+        self._claim = self.client.register_script(lua_script("claim"))
 
     async def run(self, call: Any) -> Any:
         try:
@@ -125,3 +126,9 @@ class RedisState:
         ttl_ms = max(int(ttl_s * 1000), 1)
         done = await self.run(self.client.set(f"{PREFIX}spent:{key}", b"1", nx=True, px=ttl_ms))
         return bool(done)
+
+    async def claim_once(self, key: str, value: str, ttl_s: float) -> str | None:
+        ttl_ms = max(int(ttl_s * 1000), 1)
+        name = f"{PREFIX}claim:{key}"
+        held = await self.run(self._claim(keys=[name], args=[value, ttl_ms]))
+        return None if held is None else bytes(held).decode()

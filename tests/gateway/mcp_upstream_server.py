@@ -38,6 +38,18 @@ def build_server(record: UpstreamRecord) -> MCPServer:
         return f"sent to {to}"
 
     @server.tool()
+    def lookup_user(user: str) -> str:
+        """Read a user's record."""
+        record.calls.append(("lookup_user", {"user": user}))
+        return f"user {user}: active"
+
+    @server.tool()
+    def delete_user(user: str) -> str:
+        """Delete a user: the same arguments as lookup_user, another effect."""
+        record.calls.append(("delete_user", {"user": user}))
+        return f"user {user}: deleted"
+
+    @server.tool()
     def run_python(code: str) -> str:
         """Shadowed by the gateway's own code tool of the same name; never called."""
         record.calls.append(("run_python", {"code": code}))

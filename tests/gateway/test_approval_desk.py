@@ -1,6 +1,7 @@
 """Human approval end to end: a real gateway (nsjail, Rego, audit), a real webhook
 receiver on 127.0.0.1 that verifies signatures with the Standard Webhooks reference
-library, approvers with their own tokens, restarts, and token attacks."""
+library, approvers with their own tokens, restarts, and token attacks. The gateway
+and receiver fixtures are tests/gateway/approval_gateway.py's."""
 
 from __future__ import annotations
 
@@ -10,130 +11,29 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 from cryptography.hazmat.primitives import serialization
-from standardwebhooks.webhooks import Webhook
 
-from gateway.app import create_app
-from gateway.keys import load_or_create_dev_secret
-from gateway.settings import Settings
-from gateway.tokens import mint_token
-from tests.gateway.conftest import audit_records, auth, make_settings, require_root
+from tests.gateway.approval_gateway import (  # noqa: F401 (fixtures)
+    NATIVE,
+    SECRET,
+    Receiver,
+    approve,
+    gateway_env_fixture,
+    hold,
+    receiver_fixture,
+    sign_approval_token,
+    signed_callback,
+    start_fixture,
+    wait_for,
+)
+from tests.gateway.conftest import audit_records, auth
 
 pytestmark = pytest.mark.integration
-
-SECRET = "whsec_" + base64.b64encode(b"webhook-secret-of-32-bytes!!!!!!").decode()
-CALLBACK = "whsec_" + base64.b64encode(b"callback-secret-of-32-bytes!!!!!").decode()
-NATIVE = {"language": "python", "code": "import ctypes\nprint(ctypes.sizeof(ctypes.c_int))"}
-
-
-class Receiver:
-    """A third party's webhook endpoint: verifies like they would, can misbehave."""
-
-    def __init__(self) -> None:
-        self.received: list[dict[str, Any]] = []
-        self.failures = 0  # answer 500 this many times first
-        self.hang_s = 0.0
-        self.bad_signatures = 0
-
-    async def handle(self, request: web.Request) -> web.Response:
-        body = await request.read()
-        try:
-            payload = Webhook(SECRET).verify(body, dict(request.headers))
-        except Exception:
-            self.bad_signatures += 1
-            return web.Response(status=400)
-        if self.hang_s:
-            await asyncio.sleep(self.hang_s)
-        if self.failures > 0:
-            self.failures -= 1
-            return web.Response(status=500)
-        self.received.append(payload)
-        return web.Response(status=204)
-
-
-@pytest.fixture
-async def receiver(aiohttp_server: Any) -> AsyncIterator[tuple[Receiver, str]]:
-    r = Receiver()
-    app = web.Application()
-    app.router.add_post("/hook", r.handle)
-    server = await aiohttp_server(app, host="127.0.0.1")
-    yield r, str(server.make_url("/hook"))
-
-
-@pytest.fixture
-def gateway_env(tmp_path: Path, receiver: tuple[Receiver, str]) -> dict[str, str]:
-    require_root()
-    (tmp_path / "webhook.secret").write_text(SECRET)
-    (tmp_path / "callback.secret").write_text(CALLBACK)
-    return {
-        "EXECGATE_APPROVALS_WEBHOOK_URL": receiver[1],
-        "EXECGATE_APPROVALS_WEBHOOK_SECRET_FILE": str(tmp_path / "webhook.secret"),
-        "EXECGATE_APPROVALS_CALLBACK_SECRET_FILE": str(tmp_path / "callback.secret"),
-        "EXECGATE_APPROVALS_SIGNING_KEY_FILE": str(tmp_path / "approval.pem"),
-        "EXECGATE_APPROVALS_BACKOFF_INITIAL_S": "0.05",
-        "EXECGATE_APPROVALS_BACKOFF_MAX_S": "0.1",
-        "EXECGATE_APPROVALS_EXPIRY_CHECK_S": "0.2",
-    }
-
-
-class Gateway:
-    def __init__(self, tmp_path: Path, env: dict[str, str]) -> None:
-        self.settings: Settings = make_settings(tmp_path, **env)
-        self.server: TestServer | None = None
-        self.client: TestClient | None = None
-
-    async def start(self) -> TestClient:
-        self.server = TestServer(create_app(self.settings), host="127.0.0.1")
-        self.client = TestClient(self.server)
-        await self.client.start_server()
-        return self.client
-
-    async def stop(self) -> None:
-        if self.client is not None:
-            await self.client.close()
-
-    def token(self, sub: str = "agent-7", scopes: str = "exec:python", tenant: str = "acme") -> str:
-        secret = load_or_create_dev_secret(Path(self.settings.auth.hs256_secret_file))
-        return mint_token(secret, tenant=tenant, sub=sub, scopes=scopes.split(), ttl_s=600)
-
-    def approver(self, sub: str = "bob") -> dict[str, str]:
-        return auth(self.token(sub=sub, scopes="approvals:read approvals:decide"))
-
-
-@pytest.fixture
-async def start(tmp_path: Path, gateway_env: dict[str, str]) -> AsyncIterator[Callable[..., Any]]:
-    started: list[Gateway] = []
-
-    async def make(**env: str) -> tuple[Gateway, TestClient]:
-        gw = Gateway(tmp_path, {**gateway_env, **env})
-        started.append(gw)
-        return gw, await gw.start()
-
-    yield make
-    for gw in started:
-        await gw.stop()
-
-
-async def hold(gw: Gateway, client: TestClient, body: dict[str, Any] = NATIVE) -> dict[str, Any]:
-    resp = await client.post("/v1/executions", json=body, headers=auth(gw.token()))
-    held = await resp.json()
-    assert resp.status == 202, held
-    return held
-
-
-async def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
 
 
 async def test_approve_then_the_held_execution_runs_once(
@@ -224,21 +124,19 @@ async def test_signed_callback_decides(start: Any) -> None:
     gw, client = await start()
     held = await hold(gw, client)
     url = f"/v1/approvals/{held['approval_id']}/decision"
-    body = json.dumps({"decision": "deny", "reason": "via chat", "approver": "carol"})
-    from datetime import UTC, datetime
-
-    now = datetime.now(UTC)
-    headers = {
-        "webhook-id": "msg_cb",
-        "webhook-timestamp": str(int(now.timestamp())),
-        "webhook-signature": Webhook(CALLBACK).sign("msg_cb", now, body),
-        "content-type": "application/json",
+    decision = {
+        "approval_id": held["approval_id"],
+        "decision": "deny",
+        "reason": "via chat",
+        "approver": "carol",
     }
-    forged = dict(headers, **{"webhook-signature": Webhook(SECRET).sign("msg_cb", now, body)})
+    body, headers = signed_callback(decision, "msg_cb")
+    _, forged = signed_callback(decision, "msg_cb", secret=SECRET)
     assert (await client.post(url, data=body, headers=forged)).status == 401
     resp = await client.post(url, data=body, headers=headers)
     decided = await resp.json()
     assert resp.status == 200 and decided["approver"] == "carol", decided
+    assert decided["status"] == "denied" and "approval_token" not in decided
 
 
 async def test_delivery_is_retried_and_every_attempt_audited(
@@ -330,12 +228,6 @@ async def test_a_restart_between_request_and_approval_still_runs_it(start: Any) 
 # --- tokens presented by the requester (run_held = false) ---------------------------
 
 
-def _sign_eddsa(settings: Settings, claims: dict[str, Any]) -> str:
-    pem = Path(settings.approvals.signing_key_file).read_bytes()
-    key = serialization.load_pem_private_key(pem, password=None)
-    return jwt.encode(claims, key, algorithm="EdDSA")  # type: ignore[arg-type]
-
-
 def _hs256(key: bytes, claims: dict[str, Any]) -> str:
     def seg(data: bytes) -> str:
         return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
@@ -349,12 +241,7 @@ def _hs256(key: bytes, claims: dict[str, Any]) -> str:
 async def test_approval_token_is_single_use_and_bound(start: Any) -> None:
     gw, client = await start(EXECGATE_APPROVALS_RUN_HELD="false")
     held = await hold(gw, client, {**NATIVE, "limits": {"memory_mb": 128}})
-    resp = await client.post(
-        f"/v1/approvals/{held['approval_id']}/decision",
-        json={"decision": "approve"},
-        headers=gw.approver(),
-    )
-    token = (await resp.json())["approval_token"]
+    token = await approve(gw, client, held["approval_id"])
     claims = jwt.decode(token, options={"verify_signature": False})
 
     async def present(body: dict[str, Any], tenant: str = "acme") -> tuple[int, Any]:
@@ -401,13 +288,16 @@ async def test_approval_token_is_single_use_and_bound(start: Any) -> None:
         "alg none": ({**NATIVE, "approval_token": none_token}, "acme"),
         "key confusion": ({**NATIVE, "approval_token": _hs256(public_pem, claims)}, "acme"),
         "wrong audience": (
-            {**NATIVE, "approval_token": _sign_eddsa(gw.settings, dict(claims, aud="execgate"))},
+            {
+                **NATIVE,
+                "approval_token": sign_approval_token(gw.settings, dict(claims, aud="execgate")),
+            },
             "acme",
         ),
         "expired": (
             {
                 **NATIVE,
-                "approval_token": _sign_eddsa(
+                "approval_token": sign_approval_token(
                     gw.settings, dict(claims, exp=int(time.time()) - 10, jti="other")
                 ),
             },
@@ -424,7 +314,9 @@ async def test_approval_token_is_single_use_and_bound(start: Any) -> None:
     )
     assert status == 200 and result["stdout"] == "4\n", result
     assert result["limits"]["memory_mb"] == 128
-    status, answer = await present({**NATIVE, "approval_token": token})
+    status, answer = await present(
+        {**NATIVE, "limits": {"memory_mb": 128}, "approval_token": token}
+    )
     assert status == 403 and answer["error"]["reason"] == "reused"
     refused = [
         r

@@ -36,19 +36,20 @@ def test_we_verify_the_reference_signature() -> None:
 
 
 @pytest.mark.parametrize(
-    ("change", "message"),
+    ("change", "message", "reason"),
     [
-        ({"webhook-signature": "v1,AAAA"}, "no matching"),
-        ({"webhook-timestamp": "1000"}, "tolerance"),
-        ({"webhook-timestamp": "soon"}, "integer"),
-        ({"webhook-id": ""}, "missing"),
+        ({"webhook-signature": "v1,AAAA"}, "no matching", "bad_signature"),
+        ({"webhook-timestamp": "1000"}, "tolerance", "stale_timestamp"),
+        ({"webhook-timestamp": "soon"}, "integer", "bad_timestamp"),
+        ({"webhook-id": ""}, "missing", "missing_headers"),
     ],
 )
-def test_bad_callbacks_are_refused(change: dict[str, str], message: str) -> None:
+def test_bad_callbacks_are_refused(change: dict[str, str], message: str, reason: str) -> None:
     key = b"k" * 32
     headers = {**headers_for(key, "m", b"{}"), **change}
-    with pytest.raises(SignatureError, match=message):
+    with pytest.raises(SignatureError, match=message) as exc:
         verify(key, headers, b"{}", tolerance_s=300)
+    assert exc.value.reason == reason
 
 
 def test_tampered_body_is_refused() -> None:

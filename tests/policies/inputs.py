@@ -93,7 +93,13 @@ def corpus() -> list[dict[str, Any]]:
         patched(analysis={"imports": [], "features": ["native_code"]}),
         patched(
             analysis={"imports": ["ctypes"], "features": ["native_code"]},
-            approval={"present": True, "id": "apr_1", "approver": "a", "code_sha256_match": True},
+            approval={
+                "present": True,
+                "id": "apr_1",
+                "approver": "a",
+                "code_sha256_match": True,
+                "request_match": True,
+            },
         ),
         patched(
             analysis={"imports": ["ctypes"], "features": ["native_code"]},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.analysis import DEFAULT_MAX_CHARS, FEATURES, analyse
+from gateway.analysis import DEFAULT_MAX_CHARS, FEATURES, analyse, analyse_request
 
 KEYS = {"parsed", "imports", "calls", "features"}
 
@@ -95,3 +95,50 @@ def test_clean_code_has_no_features() -> None:
         "calls": ["print", "range", "sum"],
         "features": [],
     }
+
+
+# --- input files: what the program can load counts as what it does -----------------
+
+
+@pytest.mark.parametrize(
+    ("language", "files", "feature"),
+    [
+        ("python", [("helper.py", b"import ctypes\n")], "native_code"),
+        ("python", [("pkg/mod.py", b"import socket\n")], "network"),
+        ("bash", [("lib.sh", b"curl http://127.0.0.1/\n")], "network"),
+        ("bash", [("tool", b"#!/usr/bin/env python3\nimport subprocess\n")], "subprocess"),
+        ("bash", [("tool", b"#!/usr/bin/python3.11 -I\nimport ctypes\n")], "native_code"),
+        ("python", [("helper.pyc", b"\x00\x01")], "dynamic_code"),
+        ("python", [("helper.abi3.so", b"")], "native_code"),
+        ("python", [("libx.so.1", b"")], "native_code"),
+        ("python", [("payload", b"\x7fELF\x02\x01\x01")], "native_code"),
+        ("python", [("run.txt", b"import ctypes\n")], "native_code"),  # valid Python
+        ("javascript", [("m.mjs", b"require('child_process')\n")], "subprocess"),
+    ],
+)
+def test_input_files_add_their_features(
+    language: str, files: list[tuple[str, bytes]], feature: str
+) -> None:
+    result = analyse_request(language, "", files)
+    check_shape(result)
+    assert feature in result["features"], result
+
+
+def test_data_files_are_not_code() -> None:
+    files = [
+        ("data.csv", b"module,ctypes\nsystem,fork\n"),
+        ("README", b"We never use ctypes or socket here.\n"),
+        ("blob.bin", bytes(range(256))),
+    ]
+    result = analyse_request("python", "print(1)", files)
+    check_shape(result)
+    assert result["features"] == [] and result["parsed"] is True
+
+
+def test_padding_past_the_budget_hides_no_file() -> None:
+    pad = ("pad.py", b"x = 1\n" * 100)
+    hidden = ("later.txt", b"import ctypes\n")
+    result = analyse_request("python", "", [pad, hidden], max_chars=100)
+    assert "native_code" in result["features"]
+    # The code's own verdict is not changed by its files.
+    assert analyse_request("python", "def (", [("ok.py", b"x = 1")])["parsed"] is False

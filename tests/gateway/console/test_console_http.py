@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from collections.abc import Callable
 
@@ -239,3 +241,33 @@ async def test_signing_in_again_replaces_the_session(
     assert (await gateway.get("/console/audit", allow_redirects=False)).status == 200
     gateway.session.cookie_jar.update_cookies({"execgate_console": first}, url)
     assert (await gateway.get("/console/approvals", allow_redirects=False)).status == 303
+
+
+async def test_approvers_see_every_input_file_and_stdin_escaped(
+    gateway: TestClient, token: Callable[..., str]
+) -> None:
+    """What will run, all of it: small text files and stdin inline (escaped like the
+    code), binary or large files by size and sha256."""
+    big = b"x = 1\n" * 4000  # over the inline limit
+    blob = bytes(range(256))
+    script = b"<script>alert('file')</script>\nimport ctypes\n"
+    body = {
+        **HOSTILE,
+        "stdin": "</pre><img src=x onerror=alert('stdin')>",
+        "files": [
+            {"path": "helper.py", "content_b64": base64.b64encode(script).decode()},
+            {"path": "blob.bin", "content_b64": base64.b64encode(blob).decode()},
+            {"path": "big.py", "content_b64": base64.b64encode(big).decode()},
+        ],
+    }
+    held = await hold(gateway, token, body)
+    await sign_in(gateway, token(sub="bob", scopes=APPROVER))
+    page = await (await gateway.get("/console/approvals")).text()
+    assert held["approval_id"] in page
+    assert "&lt;script&gt;alert(&#x27;file&#x27;)&lt;/script&gt;" in page
+    assert "&lt;/pre&gt;&lt;img src=x onerror=alert(&#x27;stdin&#x27;)&gt;" in page
+    assert "<script>alert" not in page and not INLINE_HANDLER.search(page)
+    for path, content in (("helper.py", script), ("blob.bin", blob), ("big.py", big)):
+        assert path in page and hashlib.sha256(content).hexdigest() in page, path
+        assert f"{len(content)} bytes" in page, path
+    assert "x = 1\nx = 1" not in page  # the big file by its hash only

@@ -43,7 +43,7 @@ def settings(tmp_path: Path, upstream: tuple[UpstreamServer, str]) -> Settings:
     mcp = {
         "upstream_url": upstream[1],
         "upstream_auth_value_file": str(tmp_path / "upstream.cred"),
-        "guarded_tools": ["send_email"],
+        "guarded_tools": ["send_email", "lookup_user", "delete_user"],
         "allowed_origins": ["https://console.example"],
         "upstream_tools_cache_s": 0,
     }
@@ -149,6 +149,19 @@ async def test_sdk_lists_and_calls_code_and_upstream_tools(
     assert not any(tok in json.dumps(r) for r in records)
 
 
+async def _approve(client: TestClient, token: Token, approval_id: str) -> dict[str, Any]:
+    """globex's security officer approves; the decision's answer (with its token)."""
+    approver = token(tenant="globex", sub="sec-officer", scopes="approvals:read approvals:decide")
+    resp = await client.post(
+        f"/v1/approvals/{approval_id}/decision",
+        json={"decision": "approve"},
+        headers=auth(approver),
+    )
+    answer = await resp.json()
+    assert resp.status == 200, answer
+    return dict(answer)
+
+
 async def test_guarded_tool_waits_for_approval_then_forwards(
     client: TestClient, sdk: Sdk, token: Token, upstream: tuple[UpstreamServer, str]
 ) -> None:
@@ -164,16 +177,7 @@ async def test_guarded_tool_waits_for_approval_then_forwards(
         assert "execgate/approval_token" in info["message"]
         assert ("send_email", args) not in server.record.calls
 
-        approver = token(
-            tenant="globex", sub="sec-officer", scopes="approvals:read approvals:decide"
-        )
-        resp = await client.post(
-            f"/v1/approvals/{info['approval_id']}/decision",
-            json={"decision": "approve"},
-            headers=auth(approver),
-        )
-        assert resp.status == 200, await resp.text()
-        grant = (await resp.json())["approval_token"]
+        grant = (await _approve(client, token, info["approval_id"]))["approval_token"]
 
         # The token binds to the arguments: other arguments are refused.
         other = await mcp.call_tool(
@@ -191,6 +195,54 @@ async def test_guarded_tool_waits_for_approval_then_forwards(
         # Single use.
         again = await mcp.call_tool("send_email", args, meta={"execgate/approval_token": grant})
         assert again.is_error and again.structured_content["error"]["code"] == "approval_invalid"
+
+
+async def test_a_guarded_tool_approval_redeems_only_that_tool_and_arguments(
+    client: TestClient,
+    sdk: Sdk,
+    token: Token,
+    upstream: tuple[UpstreamServer, str],
+    settings: Settings,
+) -> None:
+    """Approved `lookup_user {"user": "42"}` does not redeem for `delete_user` with
+    the very same arguments, nor for other arguments; the approved call runs once."""
+    server, _ = upstream
+    tok = token(tenant="globex", scopes="tool:lookup_user tool:delete_user")
+    args = {"user": "42"}
+    async with sdk(tok, MODERN) as mcp:
+        held = await mcp.call_tool("lookup_user", args)
+        info = held.structured_content
+        assert held.is_error and info["status"] == "pending_approval", held
+        decided = await _approve(client, token, info["approval_id"])
+        assert decided["tool"] == {"name": "lookup_user", "server": "upstream"}
+        grant = {"execgate/approval_token": decided["approval_token"]}
+
+        before = list(server.record.calls)
+        for name, arguments, parts in (
+            ("delete_user", args, ["tool"]),
+            ("lookup_user", {"user": "43"}, ["code"]),
+            ("lookup_user", {"user": "42", "all": True}, ["code"]),
+            ("delete_user", {"user": "*"}, ["code", "tool"]),
+        ):
+            refused = await mcp.call_tool(name, arguments, meta=grant)
+            error = refused.structured_content["error"]
+            assert refused.is_error and error["code"] == "approval_invalid", (name, error)
+            assert error["reason"] == "request_mismatch" and error["mismatch"] == parts
+        assert server.record.calls == before  # the upstream saw none of them
+
+        sent = await mcp.call_tool("lookup_user", args, meta=grant)
+        assert not sent.is_error, sent
+        assert server.record.calls[len(before) :] == [("lookup_user", args)]
+        again = await mcp.call_tool("lookup_user", args, meta=grant)
+        assert again.is_error and again.structured_content["error"]["reason"] == "reused"
+    refused_records = [r for r in audit_records(settings) if r["type"] == "approval.refused"]
+    assert [r["mismatch"] for r in refused_records if r.get("mismatch")] == [
+        ["tool"],
+        ["code"],
+        ["code"],
+        ["code", "tool"],
+    ]
+    assert all(r["approval_id"] == info["approval_id"] for r in refused_records)
 
 
 async def test_guarded_tool_denied_by_policy_never_reaches_upstream(

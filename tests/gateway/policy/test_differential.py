@@ -92,6 +92,7 @@ approvals = st.fixed_dictionaries(
     optional={
         "present": st.one_of(st.booleans(), texts),
         "code_sha256_match": st.one_of(st.booleans(), texts),
+        "request_match": st.one_of(st.booleans(), texts),
         "id": texts,
     },
 )

@@ -129,7 +129,12 @@ async def test_native_code_needs_approval(engine: EmbeddedEngine) -> None:
         engine,
         patched(
             analysis=native,
-            approval={"present": True, "id": "apr_1", "code_sha256_match": True},
+            approval={
+                "present": True,
+                "id": "apr_1",
+                "code_sha256_match": True,
+                "request_match": True,
+            },
         ),
     )
     assert approved["allow"] is True and approved["require_approval"] is False

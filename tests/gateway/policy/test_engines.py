@@ -92,7 +92,12 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         "approved",
         patched(
             analysis={"imports": ["ctypes"], "features": ["native_code"]},
-            approval={"present": True, "id": "apr_1", "code_sha256_match": True},
+            approval={
+                "present": True,
+                "id": "apr_1",
+                "code_sha256_match": True,
+                "request_match": True,
+            },
         ),
         {"allow": True, "require_approval": False},
     ),

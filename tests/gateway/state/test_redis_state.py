@@ -1,4 +1,5 @@
-"""Leases on a real redis-server: renewed while held, lapsing when a replica dies."""
+"""Leases on a real redis-server: renewed while held, lapsing when a replica dies;
+single-use claims shared by replicas (and the in-process state's same rules)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from gateway.admission import Admission
 from gateway.errors import GatewayError
 from gateway.settings import AdmissionSettings, TenantSettings
+from gateway.state.memory import MemoryState
 from gateway.state.redis_state import RedisState
 from tests.redis_server import RedisServer
 
@@ -61,3 +63,43 @@ async def test_redis_down_admits_nothing(redis_server: RedisServer) -> None:
     redis_server.start()
     await (await adm.admit("t", LIMITS)).release()
     await adm.close()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_claims_are_once_per_key_and_lapse(redis_server: RedisServer) -> None:
+    """claim_once (webhook ids of decision callbacks): the first claim wins on every
+    replica, later ones learn its value, and the key lapses after its ttl."""
+    replicas = [RedisState(redis_server.url), RedisState(redis_server.url)]
+    for state in replicas:
+        await state.start()
+    first, second = replicas
+    answers = await asyncio.gather(
+        *(state.claim_once("webhook:m1", f"body-{i}", 1.0) for i, state in enumerate(replicas * 5))
+    )
+    winners = [i for i, answer in enumerate(answers) if answer is None]
+    assert len(winners) == 1
+    stored = f"body-{winners[0] % 2}"
+    assert all(answer == stored for answer in answers if answer is not None)
+    assert await second.claim_once("webhook:m2", "x", 30) is None
+    await asyncio.sleep(1.2)
+    assert await first.claim_once("webhook:m1", "later", 30) is None  # lapsed
+    assert await second.claim_once("webhook:m1", "again", 30) == "later"
+    for state in replicas:
+        await state.close()
+
+
+async def test_memory_claims_match_redis() -> None:
+    clock = Clock()
+    state = MemoryState(clock=clock)
+    assert await state.claim_once("webhook:m1", "a", 10) is None
+    assert await state.claim_once("webhook:m1", "b", 10) == "a"
+    clock.now += 11
+    assert await state.claim_once("webhook:m1", "b", 10) is None
+    assert await state.claim_once("webhook:m1", "c", 10) == "b"

@@ -4,14 +4,16 @@ approval decided on one replica is honoured (and spent once) on the other."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from standardwebhooks.webhooks import Webhook
 
 from gateway.serve_process import GatewayProcess
 from tests.gateway.state.gateways import gateway_env, token
@@ -197,3 +199,48 @@ async def test_a_crashed_replicas_slot_comes_back(
             if status != 429:
                 break
         assert status == 200, answer
+
+
+async def test_a_decision_callback_acts_once_across_replicas(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """The webhook-id replay cache lives in Redis: a callback taken by replica a and
+    replayed to replica b within the tolerance window is not acted on again."""
+    secret = "whsec_" + base64.b64encode(b"callback-secret-of-32-bytes!!!!!").decode()
+    (tmp_path / "callback.secret").write_text(secret)
+    env = {"EXECGATE_APPROVALS_CALLBACK_SECRET_FILE": str(tmp_path / "callback.secret")}
+    gen = replicas(tmp_path, redis_server, **env)
+    a, b = next(gen)
+    try:
+        async with aiohttp.ClientSession() as session:
+            body = {"language": "python", "code": "import ctypes\nprint(1)\n"}
+            status, held, _ = await post(session, f"{a.url}/v1/executions", token(tmp_path), body)
+            assert status == 202, held
+            decision = {"approval_id": held["approval_id"], "decision": "deny", "approver": "carol"}
+
+            async def send(replica: GatewayProcess, message: dict[str, Any]) -> tuple[int, Any]:
+                text, now = json.dumps(message), datetime.now(UTC)
+                headers = {
+                    "webhook-id": "msg_shared",
+                    "webhook-timestamp": str(int(now.timestamp())),
+                    "webhook-signature": Webhook(secret).sign("msg_shared", now, text),
+                    "content-type": "application/json",
+                }
+                decision_url = f"{replica.url}/v1/approvals/{held['approval_id']}/decision"
+                async with session.post(decision_url, data=text, headers=headers) as resp:
+                    return resp.status, await resp.json()
+
+            status, first = await send(a, decision)
+            assert status == 200 and first["duplicate"] is False, first
+            status, replayed = await send(b, decision)
+            assert status == 200 and replayed["duplicate"] is True, replayed
+            status, reused = await send(b, {**decision, "decision": "approve"})
+            assert status == 409 and reused["error"]["reason"] == "webhook_id_reused", reused
+        decided = [r for g in (a, b) for r in records(g) if r["type"] == "approval.decided"]
+        assert len(decided) == 1 and decided[0]["decision"] == "deny"
+        assert [r["type"] for r in records(b) if r["type"].startswith("approval.callback")] == [
+            "approval.callback_duplicate",
+            "approval.callback_refused",
+        ]
+    finally:
+        gen.close()
