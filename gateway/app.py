@@ -36,6 +36,8 @@ from gateway.ops import OPENAPI, openapi_document
 from gateway.ops import routes as ops_routes
 from gateway.pipeline import Pipeline
 from gateway.policy.base import PolicyEngine
+from gateway.policy.inputs import DecisionInputLog, decision_inputs_path
+from gateway.policy.mask import MaskError
 from gateway.recovery import recover
 from gateway.services import Services
 from gateway.settings import Settings
@@ -157,6 +159,21 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
     await desk.start()
     stack.push_async_callback(desk.close)
 
+    inputs = None
+    if settings.policy.record_inputs:
+        inputs = DecisionInputLog(
+            decision_inputs_path(settings),
+            Path(settings.policy.path),
+            retention_days=settings.policy.inputs_retention_days,
+            max_bytes=settings.policy.inputs_max_mb * 1024 * 1024,
+            engine=settings.policy.engine,
+        )
+        try:
+            await inputs.start()
+        except MaskError as exc:
+            raise StartupError(f"policy.record_inputs: {exc}") from exc
+        stack.push_async_callback(inputs.close)
+
     return Services(
         settings=settings,
         verifier=verifier,
@@ -167,6 +184,7 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
         store=store,
         approvals=desk,
         metrics=Metrics(),
+        decision_inputs=inputs,
     )
 
 

@@ -93,6 +93,24 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--max-seconds", type=float, default=900, help="give up after this long")
     load.add_argument("--json", dest="json_path", help="also write the report here")
     load.add_argument("--redis-url", default="", help="limits in this Redis (state.backend)")
+    policy = sub.add_parser("policy", help="test policy: one decision, or replay recorded ones")
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True)
+    ev = policy_sub.add_parser("eval", help="one input document against the (or a) policy")
+    source = ev.add_mutually_exclusive_group(required=True)
+    source.add_argument("file", nargs="?", help="policy input JSON file, or - for stdin")
+    source.add_argument("--execution", help="rebuild the input recorded for this execution")
+    ev.add_argument("--policy", help="candidate policy directory (default: policy.path)")
+    ev.add_argument("--json", action="store_true", help="print the decision document")
+    rp = policy_sub.add_parser(
+        "replay", help="a candidate policy over recorded decision inputs; what would change"
+    )
+    rp.add_argument("--policy", required=True, help="candidate policy directory")
+    rp.add_argument("--since", type=_parse_ttl, default=None, help="e.g. 24h (default: all kept)")
+    rp.add_argument("--tenant")
+    rp.add_argument(
+        "--opa-log", action="append", default=[], help="OPA decision-log file (JSON lines)"
+    )
+    rp.add_argument("--json", action="store_true")
     escape = sub.add_parser("escape-test", help="run the escape suite against a backend")
     escape.add_argument("--backend", required=True, help="a configured backend name")
     escape.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -118,5 +136,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bench": commands.bench,
         "load": commands.load,
         "escape-test": commands.escape_test,
+        "policy": commands.policy,
     }[args.command]
     return handler(args, settings)

@@ -273,3 +273,100 @@ def escape_test(args: argparse.Namespace, settings: Settings) -> int:
         return 1 if result.escaped else 0
 
     return asyncio.run(main())
+
+
+def policy(args: argparse.Namespace, settings: Settings) -> int:
+    """`policy eval` (one decision, with reasons) and `policy replay` (a candidate over
+    the decisions the gateway kept)."""
+    import asyncio
+
+    from gateway.app import make_engine
+    from gateway.decision import DecisionError
+    from gateway.policy.base import PolicyEngineError
+    from gateway.policy.inputs import decision_inputs_path, read_kept
+    from gateway.policy.replay import Report, opa_decision_log, render_decision, replay
+
+    directory = Path(args.policy) if args.policy else Path(settings.policy.path)
+    if not directory.is_dir():
+        print(f"execgate: policy directory {directory} does not exist", file=sys.stderr)
+        return 2
+    # Always the embedded engine: the candidate is a directory, not a running OPA.
+    policy_settings = settings.policy.model_copy(
+        update={"path": str(directory), "engine": "embedded", "reload_interval_s": 0.0}
+    )
+    candidate = settings.model_copy(update={"policy": policy_settings})
+    kept_path = decision_inputs_path(settings)
+
+    def load_input() -> dict[str, Any] | None:
+        if args.execution:
+            found = list(read_kept(kept_path, execution_id=args.execution))
+            if not found:
+                print(
+                    f"execgate: no recorded decision input for {args.execution} in {kept_path}",
+                    file=sys.stderr,
+                )
+                return None
+            print(
+                f"input recorded for {args.execution} (decision {found[-1].decision_id}; "
+                "masked: no code)",
+                file=sys.stderr,
+            )
+            return found[-1].input
+        try:
+            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+            document = json.loads(text)
+        except (OSError, ValueError) as exc:
+            print(f"execgate: cannot read the input document: {exc}", file=sys.stderr)
+            return None
+        if isinstance(document, dict) and set(document) == {"input"}:
+            document = document["input"]  # `opa eval --input` style wrapping
+        if not isinstance(document, dict):
+            print("execgate: the input document must be a JSON object", file=sys.stderr)
+            return None
+        return document
+
+    async def run_eval(document: dict[str, Any]) -> int:
+        engine = make_engine(candidate)
+        await engine.start()
+        try:
+            answer = await engine.decide(document)
+        finally:
+            await engine.close()
+        if args.json:
+            print(json.dumps(answer.value, indent=2, sort_keys=True))
+            return 0
+        try:
+            print(render_decision(answer.value, answer.revision))
+        except DecisionError as exc:
+            print(f"execgate: the policy's decision is invalid: {exc}", file=sys.stderr)
+            print(json.dumps(answer.value, indent=2, sort_keys=True))
+            return 1
+        return 0
+
+    def load_kept() -> list[Any]:
+        kept = list(read_kept(kept_path, since_s=args.since, tenant=args.tenant))
+        seen = {k.decision_id for k in kept}
+        for log_file in args.opa_log:
+            logged = opa_decision_log(Path(log_file), args.tenant)
+            kept += [k for k in logged if k.decision_id not in seen]
+        return kept
+
+    async def run_replay(kept: list[Any]) -> int:
+        engine = make_engine(candidate)
+        await engine.start()
+        report = Report(candidate=str(directory), revision=engine.revision)
+        try:
+            await replay(engine, kept, report)
+        finally:
+            await engine.close()
+        print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+        return 1 if report.failed else 0
+
+    try:
+        if args.policy_command == "eval":
+            document = load_input()
+            return 2 if document is None else asyncio.run(run_eval(document))
+        return asyncio.run(run_replay(load_kept()))
+    except PolicyEngineError as exc:
+        print(f"execgate: policy {directory}: {exc}", file=sys.stderr)
+        return 2

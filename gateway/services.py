@@ -15,6 +15,7 @@ from gateway.audit import AuditLog
 from gateway.executions import ExecutionStore
 from gateway.metrics import Metrics
 from gateway.policy.base import PolicyEngine
+from gateway.policy.inputs import DecisionInputLog
 from gateway.settings import Settings
 from gateway.tokens import TokenVerifier
 from gateway.tracing import Tracing
@@ -33,5 +34,7 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     # OpenTelemetry spans per request and stage; a no-op unless [telemetry] enabled.
     tracing: Tracing = field(default_factory=Tracing)
+    # Decision inputs kept for `execgate policy replay` (None: policy.record_inputs off).
+    decision_inputs: DecisionInputLog | None = None
     # Backends the escape self-test took out of service: name -> why.
     out_of_service: dict[str, str] = field(default_factory=dict)

@@ -75,6 +75,13 @@ class PolicySettings(Section):
     timeout_ms: int = Field(200, gt=0)
     # Embedded engine: how often `path` is checked for edits (0: never, restart to reload).
     reload_interval_s: float = Field(2.0, ge=0)
+    # Each decision's input (masked by policies/system/log.rego, as OPA's decision log
+    # is) and verdict, kept for `execgate policy replay` / `policy eval --execution`.
+    record_inputs: bool = True
+    # Empty: decision-inputs.db beside state.path.
+    inputs_path: str = ""
+    inputs_retention_days: float = Field(7.0, gt=0)
+    inputs_max_mb: int = Field(256, gt=0)
 
 
 class TenantSettings(Section):

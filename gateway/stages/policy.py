@@ -14,6 +14,7 @@ from gateway.context import ExecContext, new_id
 from gateway.decision import DecisionError, parse_decision
 from gateway.errors import GatewayError
 from gateway.policy.base import PolicyEngineError
+from gateway.policy.inputs import summary
 from gateway.services import Services
 
 
@@ -36,6 +37,20 @@ async def decide(ctx: ExecContext, svc: Services) -> None:
             errors.POLICY_INVALID, f"policy decision rejected: {exc}", decision_id=decision_id
         ) from None
     ctx.decision = decision
+    if svc.decision_inputs is not None:
+        # Queued only: masked and written off the request path.
+        svc.decision_inputs.record(
+            decision_id,
+            ctx.execution_id,
+            ctx.policy_input,
+            summary(
+                decision.allow,
+                list(decision.deny),
+                decision.require_approval,
+                decision.obligations.as_dict(),
+            ),
+            decision.revision,
+        )
     outcome = (
         "allow"
         if decision.allow
