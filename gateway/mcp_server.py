@@ -23,10 +23,10 @@ from gateway.ingress.rest import held_body
 from gateway.mcp_protocol import APPROVAL_TOKEN_META, INVALID_PARAMS, RpcError
 from gateway.mcp_sessions import McpSessions
 from gateway.mcp_tools import (
+    error_result,
     execution_result,
     held_result,
     may_use_upstream_tool,
-    tool_result,
     visible_tools,
 )
 from gateway.mcp_upstream import Upstream, UpstreamError, UpstreamRpcError
@@ -123,7 +123,7 @@ class McpServer:
         try:
             await self.pipeline.run(ctx)
         except GatewayError as exc:
-            return tool_result(exc.body(), True)
+            return error_result(exc.body())
         if ctx.held is not None:
             return held_result(held_body(ctx), guarded=False)
         record = await self.services.store.get(ctx.execution_id)
@@ -159,7 +159,7 @@ class McpServer:
             try:
                 await self.tool_pipeline.run(ctx)
             except GatewayError as exc:
-                return tool_result(exc.body(), True)
+                return error_result(exc.body())
             if ctx.held is not None:
                 return held_result(held_body(ctx), guarded=True)
         started = time.perf_counter()
@@ -170,13 +170,13 @@ class McpServer:
             answer.setdefault("content", [])
         except UpstreamRpcError as exc:
             outcome, is_error = "rpc_error", True
-            answer = tool_result({"error": {"code": "upstream_error", **exc.error}}, True)
+            answer = error_result({"error": {"code": "upstream_error", **exc.error}})
         except UpstreamError as exc:
             kind = (
                 errors.UPSTREAM_TIMEOUT if exc.reason == "timeout" else errors.UPSTREAM_UNAVAILABLE
             )
             outcome, is_error = kind.code, True
-            answer = tool_result(GatewayError(kind, str(exc)).body(), True)
+            answer = error_result(GatewayError(kind, str(exc)).body())
         await self.services.audit.append(
             "tool.forwarded",
             **ctx.audit_fields(),
