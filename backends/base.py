@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -68,6 +69,11 @@ class Credential:
     value: str = field(repr=False)
 
 
+# Called with ("stdout" | "stderr", bytes) for each piece of output the backend keeps
+# (under the output cap), as it arrives: live output for whoever follows the run.
+OutputSink = Callable[[str, bytes], None]
+
+
 @dataclass(frozen=True, slots=True)
 class ExecSpec:
     """Everything a backend needs to run one piece of code once."""
@@ -82,6 +88,8 @@ class ExecSpec:
     egress: tuple[str, ...] = ()
     # Secrets the proxy adds on the way out; never given to the sandbox.
     credentials: tuple[Credential, ...] = ()
+    # Where output goes as it arrives (None: only the result carries it).
+    on_output: OutputSink | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

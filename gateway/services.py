@@ -13,6 +13,7 @@ from gateway.admission import Admission
 from gateway.approval_desk import ApprovalDesk
 from gateway.audit import AuditLog
 from gateway.executions import ExecutionStore
+from gateway.live import LiveRegistry
 from gateway.metrics import Metrics
 from gateway.policy.base import PolicyEngine
 from gateway.settings import Settings
@@ -33,5 +34,7 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     # OpenTelemetry spans per request and stage; a no-op unless [telemetry] enabled.
     tracing: Tracing = field(default_factory=Tracing)
+    # What running executions print, for followers (SSE, MCP progress).
+    live: LiveRegistry = field(default_factory=LiveRegistry)
     # Backends the escape self-test took out of service: name -> why.
     out_of_service: dict[str, str] = field(default_factory=dict)
