@@ -317,7 +317,8 @@ def escape_test(args: argparse.Namespace, settings: Settings) -> int:
     import asyncio
 
     from backends import backend_class
-    from gateway.escape.report import as_json, row, summary, table
+    from gateway.escape.catalog import techniques
+    from gateway.escape.report import as_json, summary, table
     from gateway.escape.runner import run_suite
 
     key_file = str(Path(settings.auth.hs256_secret_file).absolute())
@@ -326,7 +327,17 @@ def escape_test(args: argparse.Namespace, settings: Settings) -> int:
         backend = backend_class(args.backend)(settings.backend_settings(args.backend))
         await backend.start()
         try:
-            progress = None if args.json else (lambda f: print(row(f), file=sys.stderr))
+            progress = None
+            if not args.json and sys.stderr.isatty():
+                # On a terminal: techniques done of total, on one rewritten line.
+                total = len(techniques())
+                done = [0]
+
+                def progress(finding: Any) -> None:
+                    done[0] += 1
+                    line = f"\r[{done[0]}/{total}] {finding.technique.id}"
+                    print(f"{line[:79]:<80}", end="", file=sys.stderr, flush=True)
+
             result = await run_suite(
                 backend,
                 credential_files=(key_file,),
@@ -334,6 +345,8 @@ def escape_test(args: argparse.Namespace, settings: Settings) -> int:
             )
         finally:
             await backend.close()
+        if progress is not None:
+            print(file=sys.stderr)
         print(json.dumps(as_json(result), indent=2) if args.json else table(result))
         if not args.json:
             print(summary(result), file=sys.stderr)

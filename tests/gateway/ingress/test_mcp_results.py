@@ -230,11 +230,13 @@ def _node() -> str:
     return node
 
 
-async def _ts_sdk(node: str, url: str, tok: str, cases: list[Case]) -> dict[str, Any]:
+async def _ts_sdk(
+    node: str, url: str, tok: str, cases: list[Case], progress: bool = False
+) -> dict[str, Any]:
     plan = {
         "url": url,
         "token": tok,
-        "calls": [{"name": c.tool, "arguments": c.arguments} for c in cases],
+        "calls": [{"name": c.tool, "arguments": c.arguments, "progress": progress} for c in cases],
     }
     proc = await asyncio.create_subprocess_exec(
         node,
@@ -283,3 +285,53 @@ def _audited(settings: Settings) -> None:
     codes = {r.get("code") for r in records}
     assert {"forbidden", "invalid_request", "backend_unavailable", "rate_limited"} <= codes
     assert any(r["type"] == "approval.requested" for r in records)
+
+
+# Prints, sleeps (within the tools' default 5 s limit) so the run is still going when the first
+# progress notification is in hand, prints again.
+SLOW_PRINTS = "import time\nprint('first', flush=True)\ntime.sleep(3)\nprint('second')\n"
+
+
+def _running(settings: Settings) -> set[str]:
+    records = audit_records(settings)
+    started = {r["execution_id"] for r in records if r["type"] == "execution.started"}
+    ended = {r["execution_id"] for r in records if r["type"] == "execution.finished"}
+    return started - ended
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_python_sdk_sees_progress_with_the_output_while_it_runs(
+    client: TestClient, token: Token, settings: Settings, mode: str
+) -> None:
+    notes: list[tuple[float, str | None, set[str]]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        notes.append((progress, message, _running(settings)))
+
+    url = str(client.make_url("/mcp"))
+    http = create_mcp_http_client(headers=auth(token(scopes="exec:python")))
+    async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as mcp:
+        result = await mcp.call_tool(
+            "run_python", {"code": SLOW_PRINTS}, progress_callback=on_progress
+        )
+    # The final result is what it is without progress.
+    assert not result.is_error and result.structured_content["stdout"] == "first\nsecond\n"
+    assert notes, "no progress notification"
+    _, message, running = notes[0]
+    assert message == "first\n" and running, notes  # sent while the code ran
+    assert notes[-1][1] == "first\nsecond\n"
+    assert [n[0] for n in notes] == sorted({n[0] for n in notes})  # strictly increasing
+
+
+async def test_typescript_sdk_sees_progress(
+    client: TestClient, token: Token, settings: Settings
+) -> None:
+    node = _node()
+    plan = [Case("progress", "acme", "exec:python", "run_python", {"code": SLOW_PRINTS}, "ran:ok")]
+    url = str(client.make_url("/mcp"))
+    ran = await _ts_sdk(node, url, token(scopes="exec:python"), plan, progress=True)
+    (answer,) = ran["results"]
+    assert answer["ok"], answer
+    assert answer["result"]["structuredContent"]["stdout"] == "first\nsecond\n"
+    messages = [p.get("message") for p in answer["progress"]]
+    assert messages and messages[0] == "first\n" and messages[-1] == "first\nsecond\n", messages

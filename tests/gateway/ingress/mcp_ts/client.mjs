@@ -22,7 +22,10 @@ for (const call of plan.calls) {
   try {
     const params = { name: call.name, arguments: call.arguments };
     if (call.meta) params._meta = call.meta;
-    results.push({ ok: true, result: await client.callTool(params) });
+    const progress = [];
+    const options = call.progress ? { onprogress: (p) => progress.push(p) } : undefined;
+    const result = await client.callTool(params, undefined, options);
+    results.push({ ok: true, result, progress });
   } catch (error) {
     results.push({ ok: false, error: String(error?.message ?? error), code: error?.code ?? null });
   }
