@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -68,6 +69,11 @@ class Credential:
     value: str = field(repr=False)
 
 
+# Called with ("stdout" | "stderr", bytes) for each piece of output the backend keeps
+# (under the output cap), as it arrives: live output for whoever follows the run.
+OutputSink = Callable[[str, bytes], None]
+
+
 @dataclass(frozen=True, slots=True)
 class ExecSpec:
     """Everything a backend needs to run one piece of code once."""
@@ -84,6 +90,8 @@ class ExecSpec:
     credentials: tuple[Credential, ...] = ()
     # Internal ranges (CIDR) the operator lets names reach ([egress] internal_allow).
     internal_allow: tuple[str, ...] = ()
+    # Where output goes as it arrives (None: only the result carries it).
+    on_output: OutputSink | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

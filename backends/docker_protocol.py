@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.base import OutputFile
+from backends.base import OutputFile, OutputSink
 from backends.workspace import WorkspaceError, checked_relative
 
 MUX_HEADER = 8
@@ -105,6 +105,8 @@ class FrameReader:
         self._file_bytes = 0
         self.cut = False  # the stream ended inside a frame
         self._paths: set[str] = set()
+        # Live output: what is kept of each piece, as it arrives (set per request).
+        self.on_output: OutputSink | None = None
 
     def feed(self, data: bytes) -> None:
         for stream, piece in self._demux.feed(data):
@@ -166,14 +168,15 @@ class FrameReader:
         room = self.caps.output_bytes - len(got.stdout) - len(got.stderr)
         buf = got.stdout if is_stdout else got.stderr
         if len(payload) > room:
-            buf += payload[: max(room, 0)]
+            payload = payload[: max(room, 0)]
             got.output_limit_hit = True
             if is_stdout:
                 got.truncated_stdout = True
             else:
                 got.truncated_stderr = True
-        else:
-            buf += payload
+        buf += payload
+        if payload and self.on_output is not None:
+            self.on_output("stdout" if is_stdout else "stderr", payload)
 
     def _file(self, payload: bytes) -> None:
         caps, got = self.caps, self.got

@@ -233,6 +233,7 @@ class ContainerFactory:
         except UnicodeEncodeError as exc:
             raise BackendError(f"code is not valid UTF-8: {exc}") from None
         container.frames.nonce = secrets.token_hex(16)
+        container.frames.on_output = spec.on_output
         container.frames.caps = Caps(
             output_bytes=spec.limits.output_bytes,
             max_files=s.max_output_files,

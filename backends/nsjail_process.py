@@ -14,6 +14,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from backends.base import OutputSink
+
 READ_CHUNK = 1 << 16
 # After the kill, how long the pipes and the process may take to wind down.
 SETTLE_TIMEOUT_S = 10.0
@@ -44,22 +46,31 @@ class _Capture:
         self.total = 0
         self.hit = asyncio.Event()
 
-    async def pump(self, reader: asyncio.StreamReader, buf: bytearray) -> bool:
+    async def pump(
+        self,
+        reader: asyncio.StreamReader,
+        buf: bytearray,
+        stream: str,
+        on_output: OutputSink | None,
+    ) -> bool:
         """Read to EOF, keeping bytes while under the cap; True when any was dropped.
 
         Past the cap the pipe is still drained (and the caller kills the sandbox),
-        so no writer blocks on it and the pipe closes cleanly."""
+        so no writer blocks on it and the pipe closes cleanly. What is kept also
+        goes to `on_output` as it arrives."""
         cut = False
         while chunk := await reader.read(READ_CHUNK):
             room = self.limit - self.total
             if len(chunk) > room:
-                buf += chunk[:room]
+                chunk = chunk[:room]
                 self.total = self.limit
                 cut = True
                 self.hit.set()
             else:
-                buf += chunk
                 self.total += len(chunk)
+            buf += chunk
+            if chunk and on_output is not None:
+                on_output(stream, chunk)
         return cut
 
 
@@ -106,6 +117,7 @@ async def supervise(
     timeout_s: float,
     kill: Kill,
     stop: asyncio.Event | None = None,
+    on_output: OutputSink | None = None,
 ) -> ProcessOutcome:
     """Feed stdin (then close it) and collect output until the process is done.
 
@@ -117,8 +129,8 @@ async def supervise(
     started = time.monotonic()
     capture = _Capture(output_limit)
     out, err = bytearray(), bytearray()
-    out_task = asyncio.ensure_future(capture.pump(proc.stdout, out))
-    err_task = asyncio.ensure_future(capture.pump(proc.stderr, err))
+    out_task = asyncio.ensure_future(capture.pump(proc.stdout, out, "stdout", on_output))
+    err_task = asyncio.ensure_future(capture.pump(proc.stderr, err, "stderr", on_output))
     feed_task = asyncio.ensure_future(_feed(proc.stdin, stdin))
 
     async def finish() -> None:

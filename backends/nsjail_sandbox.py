@@ -208,6 +208,7 @@ class SandboxFactory:
                 timeout_s=spec.limits.timeout_s,
                 kill=kill,
                 stop=sandbox.stop,
+                on_output=spec.on_output,
             )
         except (OSError, CgroupError, TimeoutError) as exc:
             raise BackendError(f"nsjail could not be supervised: {exc}") from exc

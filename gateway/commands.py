@@ -93,15 +93,7 @@ def _call(url: str, bearer: str, body: object | None = None) -> dict[str, Any]:
         with urllib.request.urlopen(request, timeout=3600) as response:
             return json.load(response)
     except urllib.error.HTTPError as exc:
-        payload = exc.read().decode("utf-8", "replace")
-        try:
-            err = json.loads(payload)["error"]
-            message = f"{err['code']}: {err['message']}"
-            for reason in err.get("reasons", []):
-                message += f"\n  - {reason}"
-        except (ValueError, KeyError, TypeError):
-            message = f"HTTP {exc.code}: {payload[:500]}"
-        raise CallFailed(message) from None
+        raise CallFailed(_http_error(exc)) from None
     except urllib.error.URLError as exc:
         raise CallFailed(f"cannot reach {url}: {exc.reason}") from None
 
@@ -119,27 +111,102 @@ def exec_code(args: argparse.Namespace, settings: Settings) -> int:
     body: dict[str, object] = {"language": language, "code": code}
     if args.timeout is not None:
         body["limits"] = {"timeout_s": args.timeout}
+    url = args.url.rstrip("/")
     try:
-        result = _call(args.url.rstrip("/") + "/v1/executions", bearer, body)
+        if args.json:
+            result = _call(url + "/v1/executions", bearer, body)
+            if result.get("status") == "pending_approval":
+                result = _await_approval(url, bearer, result)
+        else:
+            # Output as the program writes it, to the matching stream.
+            result = _stream(url + "/v1/executions", bearer, body, url)
     except CallFailed as exc:
         print(f"execgate: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    if result.get("status") == "pending_approval":
-        try:
-            result = _await_approval(args.url, bearer, result)
-        except CallFailed as exc:
-            print(f"execgate: {exc}", file=sys.stderr)
-            return EXIT_REFUSED
     if args.json:
         print(json.dumps(result, indent=2))
-    else:
-        sys.stdout.write(result["stdout"])
-        sys.stderr.write(result["stderr"])
     status = result["status"]
     if status in ("ok", "error"):
         return int(result["exit_code"])
     print(f"execgate: execution ended with status {status}", file=sys.stderr)
     return EXIT_TIMEOUT if status == "timeout" else EXIT_KILLED
+
+
+def _events(response: Any) -> Any:
+    """(event, data) pairs of a text/event-stream response, as they arrive."""
+    event, data = "message", []
+    for raw in response:
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if not line:
+            if data:
+                yield event, json.loads("\n".join(data))
+            event, data = "message", []
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip())
+
+
+def _stream(post_url: str, bearer: str, body: object, base: str) -> dict[str, Any]:
+    """POST for events; print output as it comes; follow a hold until it has run."""
+    request = urllib.request.Request(
+        post_url,
+        data=json.dumps(body).encode(),
+        headers={
+            "Authorization": f"Bearer {bearer}",
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream, application/json;q=0.5",
+        },
+        method="POST",
+    )
+    held: dict[str, Any] | None = None
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=3600) as response:
+                if not response.headers.get("Content-Type", "").startswith("text/event-stream"):
+                    return json.load(response)  # a gateway that answers in one piece
+                for event, data in _events(response):
+                    if event == "output":
+                        out = sys.stdout if data["stream"] == "stdout" else sys.stderr
+                        out.write(data["text"])
+                        out.flush()
+                    elif event == "held" and held is None:
+                        held = data
+                        print(
+                            f"execgate: held for approval {data['approval_id']} "
+                            f"(expires {data['expires_at']}):",
+                            file=sys.stderr,
+                        )
+                        for reason in data.get("reasons", []):
+                            print(f"  - {reason}", file=sys.stderr)
+                    elif event == "result":
+                        return dict(data)
+                    elif event == "error":
+                        err = data.get("error", {})
+                        raise CallFailed(f"{err.get('code')}: {err.get('message', '')}")
+        except urllib.error.HTTPError as exc:
+            raise CallFailed(_http_error(exc)) from None
+        except urllib.error.URLError as exc:
+            raise CallFailed(f"cannot reach {post_url}: {exc.reason}") from None
+        if held is None:
+            raise CallFailed("the gateway ended the stream without a result")
+        # Still waiting for a person: follow the execution's events again.
+        request = urllib.request.Request(
+            f"{base}/v1/executions/{held['execution_id']}/events?wait=30",
+            headers={"Authorization": f"Bearer {bearer}", "Accept": "text/event-stream"},
+        )
+
+
+def _http_error(exc: urllib.error.HTTPError) -> str:
+    payload = exc.read().decode("utf-8", "replace")
+    try:
+        err = json.loads(payload)["error"]
+        message = f"{err['code']}: {err['message']}"
+        for reason in err.get("reasons", []):
+            message += f"\n  - {reason}"
+    except (ValueError, KeyError, TypeError):
+        message = f"HTTP {exc.code}: {payload[:500]}"
+    return message
 
 
 def _await_approval(url: str, bearer: str, held: dict[str, Any]) -> dict[str, Any]:
@@ -250,7 +317,8 @@ def escape_test(args: argparse.Namespace, settings: Settings) -> int:
     import asyncio
 
     from backends import backend_class
-    from gateway.escape.report import as_json, row, summary, table
+    from gateway.escape.catalog import techniques
+    from gateway.escape.report import as_json, summary, table
     from gateway.escape.runner import run_suite
 
     key_file = str(Path(settings.auth.hs256_secret_file).absolute())
@@ -259,7 +327,17 @@ def escape_test(args: argparse.Namespace, settings: Settings) -> int:
         backend = backend_class(args.backend)(settings.backend_settings(args.backend))
         await backend.start()
         try:
-            progress = None if args.json else (lambda f: print(row(f), file=sys.stderr))
+            progress = None
+            if not args.json and sys.stderr.isatty():
+                # On a terminal: techniques done of total, on one rewritten line.
+                total = len(techniques())
+                done = [0]
+
+                def progress(finding: Any) -> None:
+                    done[0] += 1
+                    line = f"\r[{done[0]}/{total}] {finding.technique.id}"
+                    print(f"{line[:79]:<80}", end="", file=sys.stderr, flush=True)
+
             result = await run_suite(
                 backend,
                 credential_files=(key_file,),
@@ -267,6 +345,8 @@ def escape_test(args: argparse.Namespace, settings: Settings) -> int:
             )
         finally:
             await backend.close()
+        if progress is not None:
+            print(file=sys.stderr)
         print(json.dumps(as_json(result), indent=2) if args.json else table(result))
         if not args.json:
             print(summary(result), file=sys.stderr)

@@ -69,6 +69,9 @@ class ExecContext:
     backend: str | None = None
     limits: Limits | None = None
     result: ExecResult | None = None
+    # Set by the dispatch stage once the program has been handed to a sandbox: from
+    # then on the request cannot fail before it runs (a streaming answer may begin).
+    running: asyncio.Event = field(default_factory=asyncio.Event)
     # Things to undo when the request ends (concurrency slots, leases).
     cleanup: AsyncExitStack = field(default_factory=AsyncExitStack)
     # Audit records submitted but not yet awaited; the pipeline waits for all of them

@@ -8,10 +8,11 @@ audited (`tool.forwarded`) before the answer leaves.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,10 +24,10 @@ from gateway.ingress.rest import held_body
 from gateway.mcp_protocol import APPROVAL_TOKEN_META, INVALID_PARAMS, RpcError
 from gateway.mcp_sessions import McpSessions
 from gateway.mcp_tools import (
+    error_result,
     execution_result,
     held_result,
     may_use_upstream_tool,
-    tool_result,
     visible_tools,
 )
 from gateway.mcp_upstream import Upstream, UpstreamError, UpstreamRpcError
@@ -39,6 +40,11 @@ from gateway.tokens import Principal
 from gateway.toolcalls import ToolCallError, request_from_arguments
 
 log = logging.getLogger(__name__)
+
+# Progress notifications carry the output so far, its last this-many characters.
+PROGRESS_TAIL_CHARS = 4096
+# Sends one notifications/progress (params without the token); False: the client left.
+ProgressSink = Callable[[dict[str, Any]], Awaitable[bool]]
 
 
 def _code_decoder(tool: ToolSettings, arguments: Any) -> Callable[[ExecContext], ExecutionRequest]:
@@ -91,7 +97,12 @@ class McpServer:
         return visible_tools(self.code_tools, upstream, principal.scopes), state
 
     async def call_tool(
-        self, principal: Principal, bearer: str, source_ip: str, params: dict[str, Any]
+        self,
+        principal: Principal,
+        bearer: str,
+        source_ip: str,
+        params: dict[str, Any],
+        progress: ProgressSink | None = None,
     ) -> dict[str, Any]:
         name = params.get("name")
         arguments = params.get("arguments") or {}
@@ -101,7 +112,7 @@ class McpServer:
             raise RpcError(INVALID_PARAMS, "params.arguments must be an object")
         tool = self.code_tools.get(name)
         if tool is not None:
-            return await self._run_code(tool, name, bearer, source_ip, arguments)
+            return await self._run_code(tool, name, bearer, source_ip, arguments, progress)
         if self.upstream is None or not may_use_upstream_tool(name, principal.scopes):
             # A tool the caller may not use is as unknown as one that does not exist.
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")
@@ -110,7 +121,13 @@ class McpServer:
         return await self._forward(principal, bearer, source_ip, name, arguments, token)
 
     async def _run_code(
-        self, tool: ToolSettings, name: str, bearer: str, source_ip: str, arguments: Any
+        self,
+        tool: ToolSettings,
+        name: str,
+        bearer: str,
+        source_ip: str,
+        arguments: Any,
+        progress: ProgressSink | None = None,
     ) -> dict[str, Any]:
         ctx = ExecContext(
             ingress="mcp",
@@ -120,15 +137,39 @@ class McpServer:
             decode=_code_decoder(tool, arguments),
             tool_name=name,
         )
+        # Its own task: a caller that goes away stops the progress, not the run.
+        run = asyncio.ensure_future(self.pipeline.run(ctx))
+        if progress is not None:
+            await self._report_progress(ctx, run, progress)
         try:
-            await self.pipeline.run(ctx)
+            await asyncio.shield(run)
         except GatewayError as exc:
-            return tool_result(exc.body(), True)
+            return error_result(exc.body())
         if ctx.held is not None:
             return held_result(held_body(ctx), guarded=False)
         record = await self.services.store.get(ctx.execution_id)
         assert record is not None and record["result"] is not None
         return execution_result(record["result"])
+
+    async def _report_progress(
+        self, ctx: ExecContext, run: asyncio.Future[Any], progress: ProgressSink
+    ) -> None:
+        """Output so far, as progress notifications, while the code runs."""
+        running = asyncio.ensure_future(ctx.running.wait())
+        try:
+            await asyncio.wait({run, running}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            running.cancel()
+        live = self.services.live.get(ctx.execution_id) if ctx.running.is_set() else None
+        if live is None:
+            return
+        sent_bytes, tail = 0, ""
+        async for batch in live.follow():
+            for chunk in batch:
+                sent_bytes += len(chunk.text.encode("utf-8"))
+                tail = (tail + chunk.text)[-PROGRESS_TAIL_CHARS:]
+            if not await progress({"progress": sent_bytes, "message": tail}):
+                return
 
     async def _forward(
         self,
@@ -159,7 +200,7 @@ class McpServer:
             try:
                 await self.tool_pipeline.run(ctx)
             except GatewayError as exc:
-                return tool_result(exc.body(), True)
+                return error_result(exc.body())
             if ctx.held is not None:
                 return held_result(held_body(ctx), guarded=True)
         started = time.perf_counter()
@@ -170,13 +211,13 @@ class McpServer:
             answer.setdefault("content", [])
         except UpstreamRpcError as exc:
             outcome, is_error = "rpc_error", True
-            answer = tool_result({"error": {"code": "upstream_error", **exc.error}}, True)
+            answer = error_result({"error": {"code": "upstream_error", **exc.error}})
         except UpstreamError as exc:
             kind = (
                 errors.UPSTREAM_TIMEOUT if exc.reason == "timeout" else errors.UPSTREAM_UNAVAILABLE
             )
             outcome, is_error = kind.code, True
-            answer = tool_result(GatewayError(kind, str(exc)).body(), True)
+            answer = error_result(GatewayError(kind, str(exc)).body())
         await self.services.audit.append(
             "tool.forwarded",
             **ctx.audit_fields(),

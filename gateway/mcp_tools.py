@@ -114,8 +114,9 @@ def visible_tools(
     return offered
 
 
-def tool_result(content: dict[str, Any], is_error: bool) -> dict[str, Any]:
-    """A CallToolResult: the structured value plus the same value as a text block."""
+def ran_result(content: dict[str, Any], is_error: bool) -> dict[str, Any]:
+    """A CallToolResult for code that ran: the structured value (it matches
+    OUTPUT_SCHEMA) plus the same value as a text block."""
     return {
         "content": [{"type": "text", "text": json.dumps(content)}],
         "structuredContent": content,
@@ -123,9 +124,19 @@ def tool_result(content: dict[str, Any], is_error: bool) -> dict[str, Any]:
     }
 
 
+def error_result(content: dict[str, Any]) -> dict[str, Any]:
+    """A CallToolResult for anything but a run (held, refused, upstream down).
+
+    It carries no `structuredContent`: a value that is not the declared output would
+    break clients that validate it against `outputSchema` (the TypeScript SDK does,
+    error results included), and an upstream tool's schema is not ours to fill. The
+    model reads what happened from the text block, which is the same JSON."""
+    return {"content": [{"type": "text", "text": json.dumps(content)}], "isError": True}
+
+
 def execution_result(record: dict[str, Any]) -> dict[str, Any]:
     content = {k: record[k] for k in RESULT_KEYS}
-    return tool_result(content, record["status"] != "ok")
+    return ran_result(content, record["status"] != "ok")
 
 
 def held_result(held: dict[str, Any], guarded: bool) -> dict[str, Any]:
@@ -142,6 +153,6 @@ def held_result(held: dict[str, Any], guarded: bool) -> dict[str, Any]:
             "Once a person approves, the gateway runs it; await the result with "
             f"GET /v1/executions/{held['execution_id']}?wait=60."
         )
-    return tool_result(
-        {**held, "message": f"Held for human approval ({held['approval_id']}). {how}"}, True
+    return error_result(
+        {**held, "message": f"Held for human approval ({held['approval_id']}). {how}"}
     )

@@ -13,6 +13,7 @@ from gateway.admission import Admission
 from gateway.approval_desk import ApprovalDesk
 from gateway.audit import AuditLog
 from gateway.executions import ExecutionStore
+from gateway.live import LiveRegistry
 from gateway.metrics import Metrics
 from gateway.policy.base import PolicyEngine
 from gateway.policy.inputs import DecisionInputLog
@@ -36,5 +37,7 @@ class Services:
     tracing: Tracing = field(default_factory=Tracing)
     # Decision inputs kept for `execgate policy replay` (None: policy.record_inputs off).
     decision_inputs: DecisionInputLog | None = None
+    # What running executions print, for followers (SSE, MCP progress).
+    live: LiveRegistry = field(default_factory=LiveRegistry)
     # Backends the escape self-test took out of service: name -> why.
     out_of_service: dict[str, str] = field(default_factory=dict)

@@ -21,10 +21,16 @@ from gateway.console.guard import require
 from gateway.console.highlight import highlight
 from gateway.console.session import Session
 from gateway.errors import GatewayError
+from gateway.ingress.sse import open_stream, send
+from gateway.live import follow_execution
 
 routes = web.RouteTableDef()
 
 STORY_RECORDS = 1000
+LIVE_STATUSES = ("running", "pending_approval")
+# How long one events connection waits for a held execution before the browser's
+# EventSource reconnects by itself.
+LIVE_WAIT_S = 30.0
 
 
 def _record_card(record: dict[str, Any]) -> str:
@@ -106,8 +112,32 @@ async def execution_story(request: web.Request) -> web.Response:
         {"execution": execution_id, "tenant": (execution or records[0]).get("tenant")}
     )
     body += await _held_request(request, session, records)
-    if execution is not None:
+    if execution is not None and execution.get("status") in LIVE_STATUSES:
+        # console.js follows the events and reloads the page when the result is in.
+        events = html.esc(f"/console/executions/{execution_id}/events")
+        body += (
+            f'<section class="card live"><h2>Live output {html.badge(str(execution["status"]))}'
+            f'</h2><pre class="output" id="live-output" data-events="{events}"></pre></section>'
+        )
+    elif execution is not None:
         body += _result_box(execution)
     body += f'<h2 class="section">Story <span class="count">{len(records)}</span></h2>'
     body += '<div class="timeline">' + "".join(_record_card(r) for r in records) + "</div>"
     return html.page(f"Execution {execution_id}", body, session, active="/console/audit")
+
+
+@routes.get("/executions/{execution_id}/events")
+async def execution_events(request: web.Request) -> web.StreamResponse:
+    """The execution's output as it is printed (Server-Sent Events), for the page above."""
+    session = require(request, *READ)
+    svc = request.config_dict[SERVICES]
+    execution_id = request.match_info["execution_id"]
+    execution = await svc.store.get(execution_id)
+    tenant = None if session.has("audit:read:all") else session.tenant
+    if execution is None or (tenant is not None and execution.get("tenant") != tenant):
+        raise GatewayError(errors.NOT_FOUND, "no such execution")
+    resp = await open_stream(request)
+    async for event, data in follow_execution(svc.store, svc.live, execution_id, LIVE_WAIT_S):
+        if not await send(resp, event, data):
+            break
+    return resp

@@ -21,6 +21,7 @@ from gateway import errors
 from gateway.appkeys import PIPELINE, SERVICES
 from gateway.errors import GatewayError
 from gateway.ingress.rest import audit_edge, bearer_token, read_body
+from gateway.ingress.sse import open_stream, send, wants_events
 from gateway.mcp_protocol import (
     HANDSHAKE_VERSIONS,
     INVALID_REQUEST,
@@ -39,7 +40,7 @@ from gateway.mcp_protocol import (
     parse,
     result,
 )
-from gateway.mcp_server import McpServer
+from gateway.mcp_server import McpServer, ProgressSink
 from gateway.mcp_upstream import Upstream
 from gateway.pipeline import Pipeline
 from gateway.services import Services
@@ -138,6 +139,8 @@ async def post(request: web.Request) -> web.StreamResponse:
             check_modern(msg, headers)
             if msg.kind != "request":
                 return web.Response(status=202)
+            if _progress_token(request, msg) is not None:
+                return await _answer_streamed(request, server, msg, principal, token, True)
             return _json(await _answer(request, server, msg, principal, token, True))
         return await _handshake_era(request, server, msg, principal, token, headers)
     except RpcError as exc:
@@ -193,7 +196,52 @@ async def _handshake_era(
         raise RpcError(INVALID_REQUEST, "unknown or expired session", status=404)
     if msg.kind != "request":
         return web.Response(status=202)  # notifications and responses: accepted
+    if _progress_token(request, msg) is not None:
+        return await _answer_streamed(request, server, msg, principal, token, False)
     return _json(await _answer(request, server, msg, principal, token, False))
+
+
+def _progress_token(request: web.Request, msg: Message) -> str | int | None:
+    """A tools/call that asked for progress, from a client that takes an SSE answer."""
+    if msg.method != "tools/call" or not wants_events(request):
+        return None
+    meta = msg.params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    if isinstance(token, bool) or not isinstance(token, str | int):
+        return None
+    return token
+
+
+async def _answer_streamed(
+    request: web.Request,
+    server: McpServer,
+    msg: Message,
+    principal: Principal,
+    token: str,
+    modern: bool,
+) -> web.StreamResponse:
+    """tools/call answered as an SSE stream: notifications/progress with the output so
+    far while the code runs, then the response (the same as the JSON answer)."""
+    progress_token = _progress_token(request, msg)
+    resp: web.StreamResponse | None = None
+
+    async def progress(params: dict[str, Any]) -> bool:
+        nonlocal resp
+        if resp is None:
+            resp = await open_stream(request)
+        note = {
+            "jsonrpc": "2.0",
+            "method": "notifications/progress",
+            "params": {"progressToken": progress_token, **params},
+        }
+        return await send(resp, "message", note)
+
+    answer = await _answer(request, server, msg, principal, token, modern, progress)
+    if resp is None:
+        # Nothing ran (refused, held): the answer goes in one piece.
+        return _json(answer)
+    await send(resp, "message", answer)
+    return resp
 
 
 async def _answer(
@@ -203,6 +251,7 @@ async def _answer(
     principal: Principal,
     token: str,
     modern: bool,
+    progress: ProgressSink | None = None,
 ) -> dict[str, Any]:
     value: dict[str, Any]
     if msg.method == "tools/list":
@@ -211,7 +260,7 @@ async def _answer(
         # The list depends on the caller's scopes: never shared, never reused.
         value = {"tools": tools, **(NO_CACHE if modern else {})}
     elif msg.method == "tools/call":
-        value = await server.call_tool(principal, token, request.remote or "", msg.params)
+        value = await server.call_tool(principal, token, request.remote or "", msg.params, progress)
     elif msg.method == "ping" and not modern:
         value = {}
     elif msg.method == "server/discover" and modern:

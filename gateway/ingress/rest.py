@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiohttp import web
@@ -13,6 +14,8 @@ from gateway.content_coding import content_codings, decode_body
 from gateway.context import ExecContext, new_id
 from gateway.decoders import decode_json_body
 from gateway.errors import GatewayError, invalid_field
+from gateway.ingress.sse import open_stream, send, wants_events
+from gateway.live import follow_execution
 from gateway.stages.auth import verify_bearer
 from gateway.tokens import Principal
 
@@ -52,14 +55,66 @@ def new_context(request: web.Request, ingress: str, body: bytes) -> ExecContext:
 
 
 @routes.post("/v1/executions")
-async def create_execution(request: web.Request) -> web.Response:
+async def create_execution(request: web.Request) -> web.StreamResponse:
     body = await read_body(request)
-    ctx = await request.app[PIPELINE].run(new_context(request, "rest", body))
+    ctx = new_context(request, "rest", body)
+    if wants_events(request):
+        return await _stream_execution(request, ctx)
+    ctx = await request.app[PIPELINE].run(ctx)
     if ctx.held is not None:
         return web.json_response(held_body(ctx), status=202)
     record = await request.app[SERVICES].store.get(ctx.execution_id)
     assert record is not None and record["result"] is not None
     return web.json_response(record["result"])
+
+
+async def _stream_execution(request: web.Request, ctx: ExecContext) -> web.StreamResponse:
+    """The same run, answered as events: output as it comes, then the result.
+
+    Until the program is handed to a sandbox the request can still be refused, and
+    then the answer is the usual JSON error. The pipeline runs in a task of its own:
+    a client that goes away stops the events, never the execution or its records."""
+    svc = request.app[SERVICES]
+    wait_s = _wait_param(request, svc.settings.server.max_wait_s)
+    run = asyncio.ensure_future(request.app[PIPELINE].run(ctx))
+    running = asyncio.ensure_future(ctx.running.wait())
+    try:
+        await asyncio.wait({run, running}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        running.cancel()
+    if not ctx.running.is_set():
+        await run  # a refusal raises here: the error middleware answers in JSON
+        if ctx.held is None:
+            raise GatewayError(errors.INTERNAL, "execution ended without running")
+        resp = await open_stream(request)
+        await send(resp, "held", held_body(ctx))
+        if wait_s > 0:
+            follow = follow_execution(svc.store, svc.live, ctx.execution_id, wait_s)
+            async for event, data in follow:
+                if event != "held" and not await send(resp, event, data):
+                    break
+        return resp
+    resp = await open_stream(request)
+    connected = True
+    live = svc.live.get(ctx.execution_id)
+    if live is not None:
+        async for batch in live.follow():
+            for chunk in batch:
+                data = {"stream": chunk.stream, "text": chunk.text}
+                connected = connected and await send(resp, "output", data)
+    try:
+        # Shielded: the records are durable before `result` is sent, and the run
+        # finishes even if this handler is cancelled.
+        await asyncio.shield(run)
+    except GatewayError as exc:
+        if connected:
+            await send(resp, "error", exc.body())
+        return resp
+    record = await svc.store.get(ctx.execution_id)
+    assert record is not None and record["result"] is not None
+    if connected:
+        await send(resp, "result", record["result"])
+    return resp
 
 
 def held_body(ctx: ExecContext) -> dict[str, object]:
@@ -84,6 +139,23 @@ async def get_execution(request: web.Request) -> web.Response:
     if record is None or record["tenant"] != principal.tenant:
         raise GatewayError(errors.NOT_FOUND, "no such execution")
     return web.json_response(record)
+
+
+@routes.get("/v1/executions/{execution_id}/events")
+async def execution_events(request: web.Request) -> web.StreamResponse:
+    """Follow one execution of the caller's tenant as events (see _stream_execution)."""
+    svc = request.app[SERVICES]
+    principal = await authenticated(request)
+    wait_s = _wait_param(request, svc.settings.server.max_wait_s)
+    execution_id = request.match_info["execution_id"]
+    record = await svc.store.get(execution_id)
+    if record is None or record["tenant"] != principal.tenant:
+        raise GatewayError(errors.NOT_FOUND, "no such execution")
+    resp = await open_stream(request)
+    async for event, data in follow_execution(svc.store, svc.live, execution_id, wait_s):
+        if not await send(resp, event, data):
+            break
+    return resp
 
 
 async def authenticated(request: web.Request, ingress: str = "rest") -> Principal:

@@ -75,9 +75,7 @@ class Report:
     evaluated: int = 0
     unchanged: int = 0
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
-    examples: dict[str, list[Change]] = field(
-        default_factory=lambda: {c: [] for c in CATEGORIES}
-    )
+    examples: dict[str, list[Change]] = field(default_factory=lambda: {c: [] for c in CATEGORIES})
 
     def add(self, category: str, change: Change) -> None:
         self.counts[category] += 1
@@ -222,7 +220,9 @@ def render_decision(value: Any, revision: str) -> str:
     """One decision as `policy eval` prints it: the verdict first, then why."""
     decision = parse_decision(value, decision_id="eval", revision=revision)
     decided = summary(
-        decision.allow, list(decision.deny), decision.require_approval,
+        decision.allow,
+        list(decision.deny),
+        decision.require_approval,
         decision.obligations.as_dict(),
     )
     lines = [f"decision: {verdict(decided)}   (policy revision {revision[:12] or 'unknown'})"]

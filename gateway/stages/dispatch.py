@@ -55,12 +55,18 @@ async def dispatch(ctx: ExecContext, svc: Services) -> None:
         egress=list(spec.egress),
     )
     svc.store.started(ctx.execution_id, ctx.principal.tenant)
+    live = svc.live.open(ctx.execution_id)
+    ctx.cleanup.callback(svc.live.close, live)
+    ctx.running.set()
     started = time.perf_counter()
     try:
         internal_allow = tuple(svc.settings.egress.internal_allow)
         result = await backend.run(
-            dataclasses.replace(spec, credentials=credentials, internal_allow=internal_allow)
+            dataclasses.replace(
+                spec, credentials=credentials, internal_allow=internal_allow, on_output=live.feed
+            )
         )
+        live.close()
     except BackendError as exc:
         svc.metrics.observe_execution(ctx.backend, "backend_error", time.perf_counter() - started)
         raise GatewayError(

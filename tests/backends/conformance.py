@@ -134,6 +134,56 @@ class BackendConformance:
 
     # --- statuses -----------------------------------------------------------------
 
+    async def test_output_is_delivered_as_it_arrives(self, backend: SandboxBackend) -> None:
+        """Each piece goes to the sink when the program writes it, not at the end: the
+        program sleeps between two lines, so a backend that handed everything over at
+        the end would deliver both together."""
+        seen: list[tuple[float, str, bytes]] = []
+        loop = asyncio.get_running_loop()
+        code = (
+            "import sys, time\n"
+            "print('first', flush=True)\n"
+            "print('warn', file=sys.stderr, flush=True)\n"
+            "time.sleep(2)\n"
+            "print('second', flush=True)\n"
+        )
+        spec = ExecSpec(
+            execution_id=f"exe_conformance_{next(_ids)}",
+            language="python",
+            code=code,
+            limits=Limits(timeout_s=20.0),
+            on_output=lambda stream, data: seen.append((loop.time(), stream, data)),
+        )
+        result = await backend.run(spec)
+        assert result.status == Status.OK, result
+        stdout = b"".join(d for _, s, d in seen if s == "stdout")
+        stderr = b"".join(d for _, s, d in seen if s == "stderr")
+        assert (
+            (stdout, stderr)
+            == (result.stdout, result.stderr)
+            == (
+                b"first\nsecond\n",
+                b"warn\n",
+            )
+        )
+        first = next(t for t, s, d in seen if s == "stdout" and d.startswith(b"first"))
+        second = next(t for t, s, d in seen if s == "stdout" and b"second" in d)
+        # Apart by about the program's own sleep: delivered while it ran.
+        assert second - first >= 1.0, seen
+
+    async def test_output_sink_sees_only_what_the_cap_keeps(self, backend: SandboxBackend) -> None:
+        seen: list[bytes] = []
+        spec = ExecSpec(
+            execution_id=f"exe_conformance_{next(_ids)}",
+            language="python",
+            code="import sys\nfor _ in range(2000): sys.stdout.write('y' * 1023 + '\\n')\n",
+            limits=Limits(timeout_s=20.0, output_bytes=10_000),
+            on_output=lambda stream, data: seen.append(data),
+        )
+        result = await backend.run(spec)
+        assert result.status == Status.OUTPUT_LIMIT
+        assert b"".join(seen) == result.stdout and len(result.stdout) <= 10_000
+
     async def test_sleep_past_deadline_is_timeout(
         self, backend: SandboxBackend, residue_check: Callable[[], Awaitable[None]]
     ) -> None:

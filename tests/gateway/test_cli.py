@@ -155,3 +155,37 @@ async def test_held_exec_waits_for_an_approval_given_on_the_cli(
     rc, out, err = await asyncio.wait_for(held, 60)
     assert (rc, out) == (0, "native 8\n"), err
     assert "held for approval" in err
+
+
+@pytest.mark.integration
+async def test_exec_prints_output_as_it_arrives(
+    gateway_env: dict[str, str], settings: Settings
+) -> None:
+    code = (
+        b"import sys, time\nprint('first', flush=True)\n"
+        b"print('warn', file=sys.stderr, flush=True)\ntime.sleep(3)\nprint('second')\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        *EXECGATE,
+        "exec",
+        "--lang",
+        "python",
+        "-",
+        env=gateway_env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdin.write(code)
+    proc.stdin.close()
+    first = await asyncio.wait_for(proc.stdout.readline(), 60)
+    warn = await asyncio.wait_for(proc.stderr.readline(), 60)
+    # In hand while the program still runs: its execution has not finished.
+    records = [json.loads(x) for x in Path(settings.audit.path).read_text().splitlines()]
+    started = {r["execution_id"] for r in records if r["type"] == "execution.started"}
+    finished = {r["execution_id"] for r in records if r["type"] == "execution.finished"}
+    assert (first, warn) == (b"first\n", b"warn\n") and started - finished
+    rest = await asyncio.wait_for(proc.stdout.read(), 60)
+    assert await proc.wait() == 0 and rest == b"second\n"

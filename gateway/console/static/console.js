@@ -64,7 +64,24 @@
     });
   }
 
+  // A running execution's page: its output as it is printed (text nodes only, so
+  // nothing the program prints is ever markup), then the page again for the result.
+  function followLive(pre) {
+    const source = new EventSource(pre.dataset.events);
+    source.addEventListener("output", function (event) {
+      const data = JSON.parse(event.data);
+      const span = document.createElement("span");
+      span.className = data.stream;
+      span.textContent = data.text;
+      pre.appendChild(span);
+    });
+    function done() { source.close(); window.location.reload(); }
+    source.addEventListener("result", done);
+    source.addEventListener("error", function (event) { if (event.data) done(); });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("pre[data-events]").forEach(followLive);
     countdowns();
     if (document.querySelector("[data-expires]")) setInterval(countdowns, 1000);
     document.querySelectorAll("table.chart").forEach(drawChart);

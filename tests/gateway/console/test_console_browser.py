@@ -4,6 +4,7 @@ the scope, and a cross-site page that cannot decide anything."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -198,3 +199,39 @@ async def test_csp_header_and_a_cross_site_page_cannot_decide(
     await page.goto(f"http://localhost:{server.port}/")
     await page.wait_for_load_state()
     assert await approval_state(gateway, token, held["approval_id"]) == "pending"
+
+
+async def test_a_running_execution_shows_its_output_live(
+    gateway: TestClient, token: Callable[..., str], browser: Browser
+) -> None:
+    slow = {
+        "language": "python",
+        "code": "import time\nprint('first <b>not bold</b>', flush=True)\ntime.sleep(6)\n"
+        "print('second')\n",
+        "limits": {"timeout_s": 30},
+    }
+    requester = auth(token(sub="agent-7"))
+    run = asyncio.ensure_future(gateway.post("/v1/executions", json=slow, headers=requester))
+    svc = gateway.server.app[SERVICES]
+
+    async def running_id() -> str:
+        while True:
+            if svc.live.running:
+                return next(iter(svc.live.running))
+            await asyncio.sleep(0.05)
+
+    execution_id = await asyncio.wait_for(running_id(), 60)
+    await sign_in(browser, gateway, token(sub="bob", scopes=APPROVER))
+    page = browser.page
+    await page.goto(str(gateway.make_url(f"/console/executions/{execution_id}")))
+    live = page.locator("pre#live-output")
+    await live.locator("span.stdout", has_text="first").wait_for()
+    # Shown while it runs: the gateway still has it among the running executions.
+    assert execution_id in svc.live.running
+    assert await live.locator("b").count() == 0  # printed text, never markup
+    await browser.shot("execution-live")
+    # When it ends, the page reloads with the result.
+    await page.locator("section.result").wait_for(timeout=60_000)
+    assert "second" in await page.locator("section.result").inner_text()
+    assert (await (await run).json())["stdout"] == "first <b>not bold</b>\nsecond\n"
+    assert browser.csp_violations() == [], browser.messages

@@ -88,6 +88,19 @@ def sdk(client: TestClient) -> Sdk:
     return Sdk(client)
 
 
+def _said(result: Any) -> dict[str, Any]:
+    """What a gateway-made error result tells the model: its text block's JSON. It
+    carries no structuredContent, which would not match the tool's outputSchema."""
+    assert result.is_error and result.structured_content is None, result
+    return json.loads(result.content[0].text)
+
+
+def _said_raw(body: dict[str, Any]) -> dict[str, Any]:
+    result = body["result"]
+    assert result["isError"] and "structuredContent" not in result, result
+    return json.loads(result["content"][0]["text"])
+
+
 async def _names(mcp: Client) -> set[str]:
     return {t.name for t in (await mcp.list_tools()).tools}
 
@@ -117,8 +130,8 @@ async def test_sdk_lists_and_calls_code_and_upstream_tools(
 
         # Code policy holds for a person: an error that names the approval and the wait.
         held = await mcp.call_tool("run_python", {"code": "import ctypes"})
-        assert held.is_error and held.structured_content["status"] == "pending_approval"
-        assert "/v1/executions/" in held.structured_content["message"]
+        assert held.is_error and _said(held)["status"] == "pending_approval"
+        assert "/v1/executions/" in _said(held)["message"]
 
         failed = await mcp.call_tool(
             "run_code", {"language": "python", "code": "raise SystemExit(3)"}
@@ -133,7 +146,7 @@ async def test_sdk_lists_and_calls_code_and_upstream_tools(
 
         # Code not allowed by scope: a tool error the model can read, not a crash.
         denied = await mcp.call_tool("bash", {"command": "id"})
-        assert denied.is_error and denied.structured_content["error"]["code"] == "forbidden"
+        assert denied.is_error and _said(denied)["error"]["code"] == "forbidden"
 
     # The upstream saw the gateway's credential and never the caller's token.
     seen = server.record.headers
@@ -172,7 +185,7 @@ async def test_guarded_tool_waits_for_approval_then_forwards(
         assert "send_email" in await _names(mcp)
         held = await mcp.call_tool("send_email", args)
         assert held.is_error
-        info = held.structured_content
+        info = _said(held)
         assert info["status"] == "pending_approval" and info["approval_id"] in held.content[0].text
         assert "execgate/approval_token" in info["message"]
         assert ("send_email", args) not in server.record.calls
@@ -186,7 +199,7 @@ async def test_guarded_tool_waits_for_approval_then_forwards(
             meta={"execgate/approval_token": grant},
         )
         assert other.is_error
-        assert other.structured_content["error"]["code"] == "approval_invalid"
+        assert _said(other)["error"]["code"] == "approval_invalid"
 
         sent = await mcp.call_tool("send_email", args, meta={"execgate/approval_token": grant})
         assert not sent.is_error, sent
@@ -194,7 +207,7 @@ async def test_guarded_tool_waits_for_approval_then_forwards(
 
         # Single use.
         again = await mcp.call_tool("send_email", args, meta={"execgate/approval_token": grant})
-        assert again.is_error and again.structured_content["error"]["code"] == "approval_invalid"
+        assert again.is_error and _said(again)["error"]["code"] == "approval_invalid"
 
 
 async def test_a_guarded_tool_approval_redeems_only_that_tool_and_arguments(
@@ -255,7 +268,7 @@ async def test_guarded_tool_denied_by_policy_never_reaches_upstream(
         before = len(server.record.calls)
         result = await mcp.call_tool("send_email", {"to": "x@example.com", "body": "b"})
         assert result.is_error
-        error = result.structured_content["error"]
+        error = _said(result)["error"]
         assert error["code"] == "policy_denied"
         assert "tool send_email is not allowed for tenant initech" in json.dumps(error)
         assert len(server.record.calls) == before
@@ -398,7 +411,7 @@ async def test_unknown_and_invisible_tools_are_protocol_errors(
     hdrs["Mcp-Name"] = "run_python"
     status, _, body = await _raw(client, bad, tok, **hdrs)
     assert status == 200 and body["result"]["isError"]
-    assert body["result"]["structuredContent"]["error"]["code"] == "invalid_request"
+    assert _said_raw(body)["error"]["code"] == "invalid_request"
 
 
 async def test_upstream_down_degrades_to_code_tools(
@@ -416,4 +429,4 @@ async def test_upstream_down_degrades_to_code_tools(
     hdrs = {"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "echo"}
     status, _, body = await _raw(client, call, tok, **hdrs)
     assert body["result"]["isError"]
-    assert body["result"]["structuredContent"]["error"]["code"] == "upstream_unavailable"
+    assert _said_raw(body)["error"]["code"] == "upstream_unavailable"
