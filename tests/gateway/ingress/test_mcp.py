@@ -224,8 +224,8 @@ async def test_a_guarded_tool_approval_redeems_only_that_tool_and_arguments(
     args = {"user": "42"}
     async with sdk(tok, MODERN) as mcp:
         held = await mcp.call_tool("lookup_user", args)
-        info = held.structured_content
-        assert held.is_error and info["status"] == "pending_approval", held
+        info = _said(held)
+        assert info["status"] == "pending_approval", held
         decided = await _approve(client, token, info["approval_id"])
         assert decided["tool"] == {"name": "lookup_user", "server": "upstream"}
         grant = {"execgate/approval_token": decided["approval_token"]}
@@ -238,8 +238,8 @@ async def test_a_guarded_tool_approval_redeems_only_that_tool_and_arguments(
             ("delete_user", {"user": "*"}, ["code", "tool"]),
         ):
             refused = await mcp.call_tool(name, arguments, meta=grant)
-            error = refused.structured_content["error"]
-            assert refused.is_error and error["code"] == "approval_invalid", (name, error)
+            error = _said(refused)["error"]
+            assert error["code"] == "approval_invalid", (name, error)
             assert error["reason"] == "request_mismatch" and error["mismatch"] == parts
         assert server.record.calls == before  # the upstream saw none of them
 
@@ -247,7 +247,7 @@ async def test_a_guarded_tool_approval_redeems_only_that_tool_and_arguments(
         assert not sent.is_error, sent
         assert server.record.calls[len(before) :] == [("lookup_user", args)]
         again = await mcp.call_tool("lookup_user", args, meta=grant)
-        assert again.is_error and again.structured_content["error"]["reason"] == "reused"
+        assert _said(again)["error"]["reason"] == "reused"
     refused_records = [r for r in audit_records(settings) if r["type"] == "approval.refused"]
     assert [r["mismatch"] for r in refused_records if r.get("mismatch")] == [
         ["tool"],
