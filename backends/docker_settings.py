@@ -13,16 +13,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, field_validator
 
 from backends.ceilings import SandboxCeilings
-from backends.nsjail_settings import RuntimeSettings
-
-
-def _default_runtimes() -> dict[str, RuntimeSettings]:
-    # Paths inside the sandbox image (backends/images/sandbox/build.sh).
-    return {
-        "python": RuntimeSettings(argv=["/usr/bin/python3", "-I"], filename="main.py"),
-        "bash": RuntimeSettings(argv=["/bin/bash"], filename="main.sh"),
-        "javascript": RuntimeSettings(argv=["/usr/bin/node"], filename="main.js"),
-    }
+from backends.runtimes import RuntimeSettings, default_runtimes
 
 
 class DockerSettings(SandboxCeilings):
@@ -41,7 +32,7 @@ class DockerSettings(SandboxCeilings):
     # "bundled": the allowlist all backends share (backends/seccomp.kafel, see
     # docker_seccomp.py); "engine": the engine's default profile; else a JSON file.
     seccomp_profile: str = "bundled"
-    runtimes: dict[str, RuntimeSettings] = Field(default_factory=_default_runtimes)
+    runtimes: dict[str, RuntimeSettings] = Field(default_factory=default_runtimes)
     env: dict[str, str] = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace",
                            "LANG": "C.UTF-8"}  # fmt: skip
 

@@ -20,7 +20,8 @@ import shlex
 from dataclasses import dataclass
 
 from backends.egress.boundary import PROXY_ENV
-from backends.nsjail_settings import NsjailSettings, RuntimeSettings
+from backends.nsjail_settings import NsjailSettings
+from backends.runtimes import RuntimeSettings
 
 # The sandbox user inside its user namespace; it maps to settings.sandbox_uid.
 INSIDE_ID = 1000

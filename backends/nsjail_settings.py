@@ -8,38 +8,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from backends.ceilings import SandboxCeilings
-
-
-class RuntimeSettings(BaseModel):
-    """How one language runs: the interpreter argv (host paths, also valid in the
-    jail since they are bind-mounted at the same place) and the code file name."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    argv: list[str] = Field(min_length=1)
-    filename: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-
-    @field_validator("argv")
-    @classmethod
-    def _absolute_interpreter(cls, value: list[str]) -> list[str]:
-        if not value[0].startswith("/"):
-            raise ValueError("the interpreter must be an absolute path")
-        if any("\n" in arg or "\x00" in arg for arg in value):
-            raise ValueError("arguments may not contain newlines or NUL")
-        return value
-
-
-def _default_runtimes() -> dict[str, RuntimeSettings]:
-    return {
-        # Debian's interpreter, not any other python found on PATH; -I: no
-        # user site, no PYTHON* variables, no script dir on sys.path.
-        "python": RuntimeSettings(argv=["/usr/bin/python3", "-I"], filename="main.py"),
-        "bash": RuntimeSettings(argv=["/bin/bash"], filename="main.sh"),
-        "javascript": RuntimeSettings(argv=["/usr/bin/node"], filename="main.js"),
-    }
+from backends.runtimes import RuntimeSettings, default_runtimes
 
 
 class NsjailSettings(SandboxCeilings):
@@ -56,7 +28,7 @@ class NsjailSettings(SandboxCeilings):
     hostname: str = Field("sandbox", pattern=r"^[a-z][a-z0-9-]{0,62}$")
 
     # Language names travel on the launch line: plain words only.
-    runtimes: dict[str, RuntimeSettings] = Field(default_factory=_default_runtimes)
+    runtimes: dict[str, RuntimeSettings] = Field(default_factory=default_runtimes)
     # Host directories bound read-only at the same path, and symlinks made in
     # the jail's root (merged-/usr: /bin -> usr/bin ...).
     ro_mounts: list[str] = ["/usr/bin", "/usr/lib", "/usr/lib64", "/usr/share"]

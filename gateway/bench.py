@@ -9,11 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import statistics
 import subprocess
 import tempfile
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,59 +22,14 @@ from backends.base import ExecSpec, Limits
 from backends.egress.boundary import open_boundary
 from gateway.app import create_app
 from gateway.appkeys import SERVICES
+from gateway.bench_docker import docker_bench, render_docker
+from gateway.bench_measure import percentiles, throughput, timed
 from gateway.context import new_id
 from gateway.policy.bench import DECISIONS, local_opa
 from gateway.settings import Settings, load_settings
 
 PYTHON = "/usr/bin/python3"
 CODE = "print(1)"
-
-
-def percentiles(samples_s: list[float]) -> dict[str, float]:
-    ordered = sorted(samples_s)
-
-    def pick(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-    return {
-        "n": len(ordered),
-        "p50_ms": round(statistics.median(ordered) * 1000, 3),
-        "p95_ms": round(pick(0.95), 3),
-        "p99_ms": round(pick(0.99), 3),
-    }
-
-
-async def timed(fn: Callable[[], Awaitable[Any]], runs: int, warmup: int = 3) -> list[float]:
-    for _ in range(warmup):
-        await fn()
-    samples = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        await fn()
-        samples.append(time.perf_counter() - t0)
-    return samples
-
-
-async def throughput(
-    fn: Callable[[], Awaitable[Any]], concurrency: int, total: int
-) -> dict[str, Any]:
-    latencies: list[float] = []
-    queue = iter(range(total))
-
-    async def worker() -> None:
-        for _ in queue:
-            t0 = time.perf_counter()
-            await fn()
-            latencies.append(time.perf_counter() - t0)
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - t0
-    return {
-        "concurrency": concurrency,
-        "per_s": round(total / elapsed, 1),
-        **percentiles(latencies),
-    }
 
 
 def bench_settings(root: Path, backend: str, **extra: str) -> Settings:
@@ -238,8 +190,6 @@ async def run_bench(runs: int) -> dict[str, Any]:
 async def docker_side_by_side(runs: int) -> dict[str, Any]:
     """`docker run --rm` against the docker backends, cold and pooled (runc, runsc);
     skipped, saying why, where there is no engine or no sandbox image."""
-    from gateway.bench_docker import docker_bench  # it imports this module's helpers
-
     return await docker_bench(runs)
 
 
@@ -329,8 +279,6 @@ def render_table(results: dict[str, Any]) -> str:
         f"+{ratios['gateway_overhead_p50_ms']} ms  (target <= +3 ms)"
     )
     if "docker" in results:
-        from gateway.bench_docker import render_docker
-
         lines += render_docker(results["docker"])
     return "\n".join(lines)
 

@@ -8,9 +8,6 @@ containers started ahead. Latency is measured one execution at a time (for the
 pool: with a container waiting, which is what the pool is for); throughput at
 concurrency 1 and 4 without waiting, so the pooled figure also shows how fast the
 engine can start replacements.
-
-`gateway/bench.py` imports this module only when it runs it (it imports bench.py's
-helpers).
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ from backends.base import BackendError, ExecSpec, Limits
 from backends.docker import DockerBackend
 from backends.docker_settings import DockerSettings, GvisorSettings
 from backends.gvisor import GvisorBackend
-from gateway.bench import percentiles, throughput, timed
+from gateway.bench_measure import percentiles, throughput, timed
 from gateway.context import new_id
 
 CODE = "print(1)"

@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 
 from gateway.audit_chain import verify_file
-from gateway.bench import percentiles
+from gateway.bench_measure import percentiles
 from gateway.keys import load_or_create_dev_secret
 from gateway.load_checks import (
     audit_counts,

@@ -20,7 +20,6 @@ from pydantic import ValidationError
 from gateway import errors
 from gateway.context import ExecContext
 from gateway.errors import GatewayError, invalid_field
-from gateway.ingress.rest import held_body
 from gateway.mcp_protocol import APPROVAL_TOKEN_META, INVALID_PARAMS, RpcError
 from gateway.mcp_sessions import McpSessions
 from gateway.mcp_tools import (
@@ -33,6 +32,7 @@ from gateway.mcp_tools import (
 from gateway.mcp_upstream import Upstream, UpstreamError, UpstreamRpcError
 from gateway.models import ExecutionRequest, format_validation_errors
 from gateway.pipeline import Pipeline
+from gateway.results import held_body
 from gateway.services import Services
 from gateway.settings import ToolSettings
 from gateway.stages.tool import canonical_arguments, tool_request

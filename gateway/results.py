@@ -6,6 +6,7 @@ import base64
 import dataclasses
 from typing import Any
 
+from gateway.approvals import iso
 from gateway.context import ExecContext
 
 
@@ -36,4 +37,17 @@ def render_result(ctx: ExecContext) -> dict[str, Any]:
         "backend": ctx.backend,
         "decision_id": decision.decision_id,
         "monitor": list(decision.monitor),
+    }
+
+
+def held_body(ctx: ExecContext) -> dict[str, object]:
+    """What a held request answers (202, SSE `held`, tool replies)."""
+    approval = ctx.held
+    assert approval is not None
+    return {
+        "status": "pending_approval",
+        "approval_id": approval.id,
+        "execution_id": ctx.execution_id,
+        "expires_at": iso(approval.expires_at),
+        "reasons": approval.reasons,
     }

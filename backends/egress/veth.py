@@ -18,15 +18,13 @@ import os
 import socket
 
 from backends.egress.boundary import (
-    _V4_SETUP,
-    _V6_SETUP,
+    TUN_NAME,
+    TUN_SETUP_V4,
+    TUN_SETUP_V6,
     BoundaryFds,
-    _discard,
-    _enter,
-    _ip,
-    _open_tun,
-    _run_in_thread,
+    furnish_in_thread,
 )
+from backends.egress.netns import discard, enter, ip_batch, open_tun
 
 LINK = "execgate1"  # the holder's end (what the program sees)
 FAR = "execgate2"  # the sinkhole's end
@@ -38,17 +36,17 @@ RELAY_TARGET = (GATEWAY_V4, 3128)  # where the launcher relays 127.0.0.1:3128 to
 def open_veth_boundary(holder_pid: int, ip_binary: str = "ip") -> BoundaryFds:
     """Link the holder's namespace (/proc/PID/ns/net, not yet used by runsc) to
     a new sinkhole namespace served by the gateway (blocking: iproute2)."""
-    return _run_in_thread(lambda: _furnish(holder_pid, ip_binary))
+    return furnish_in_thread(lambda: _furnish(holder_pid, ip_binary))
 
 
 def _furnish(holder_pid: int, ip_binary: str) -> BoundaryFds:
     holder = f"/proc/{holder_pid}/ns/net"
     # Before anything is made: the link's end must never land in the gateway's own
-    # namespace (_enter checks again when this thread joins the holder's).
+    # namespace (enter() checks again when this thread joins the holder's).
     target, own = os.stat(holder), os.stat("/proc/self/ns/net")
     if (target.st_dev, target.st_ino) == (own.st_dev, own.st_ino):
         raise OSError(f"{holder} is the gateway's own network namespace")
-    netns = _enter(None)  # the sinkhole: this thread only
+    netns = enter(None)  # the sinkhole: this thread only
     made: list[socket.socket] = []
     tun = -1
     try:
@@ -56,14 +54,14 @@ def _furnish(holder_pid: int, ip_binary: str) -> BoundaryFds:
         _sysctls({"ipv4/ip_forward": "1", "ipv4/conf/all/rp_filter": "0"})
         if ipv6:
             _sysctls({"ipv6/conf/all/forwarding": "1"})
-        tun = _open_tun()
-        batch = _V4_SETUP + (_V6_SETUP if ipv6 else "")
+        tun = open_tun(TUN_NAME)
+        batch = TUN_SETUP_V4 + (TUN_SETUP_V6 if ipv6 else "")
         batch += f"link add {FAR} type veth peer name {LINK} netns {holder_pid}\n"
         batch += f"addr add {GATEWAY_V4}/30 dev {FAR}\n"
         if ipv6:
             batch += f"addr add {GATEWAY_V6}/64 dev {FAR} nodad\n"
         batch += f"link set {FAR} up\n"
-        _ip(ip_binary, batch)
+        ip_batch(ip_binary, batch)
         proxy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         made.append(proxy)
         proxy.bind(RELAY_TARGET)
@@ -74,7 +72,7 @@ def _furnish(holder_pid: int, ip_binary: str) -> BoundaryFds:
         for sock in made:
             sock.setblocking(False)
         # Now the holder's side, from the same thread (sockets stay where they were made).
-        _enter(holder)
+        enter(holder)
         if ipv6:
             _sysctls({f"ipv6/conf/{k}/disable_ipv6": "0" for k in ("all", "default", LINK)})
         batch = f"link set lo up\nlink set {LINK} up\naddr add {SANDBOX_LINK_V4}/30 dev {LINK}\n"
@@ -82,10 +80,10 @@ def _furnish(holder_pid: int, ip_binary: str) -> BoundaryFds:
         if ipv6:
             batch += f"addr add {SANDBOX_LINK_V6}/64 dev {LINK} nodad\n"
             batch += f"route add ::/0 via {GATEWAY_V6}\n"
-        _ip(ip_binary, batch)
+        ip_batch(ip_binary, batch)
         return BoundaryFds(tun=tun, proxy=proxy, resolver=resolver, netns=netns)
     except BaseException:
-        _discard(made, tun, netns)
+        discard(made, tun, netns)
         raise
 
 

@@ -20,10 +20,11 @@ from gateway.admission import tenant_label
 from gateway.appkeys import PIPELINE, SERVICES
 from gateway.context import ExecContext
 from gateway.errors import GatewayError, invalid_field
-from gateway.ingress.rest import audit_edge, bearer_token, held_body, read_body
+from gateway.ingress.rest import audit_edge, bearer_token, read_body
 from gateway.models import ExecutionRequest
 from gateway.proxy import Route, pass_through
 from gateway.proxy_intercept import AmbiguousPath, answer, checked_path, path_rules, request_body
+from gateway.results import held_body
 from gateway.settings import Settings
 from gateway.settings_ingress import InterceptSettings, RouteSettings
 from gateway.stages.auth import verify_bearer

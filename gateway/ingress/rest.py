@@ -9,13 +9,13 @@ from aiohttp import web
 
 from gateway import errors
 from gateway.appkeys import PIPELINE, SERVICES
-from gateway.approvals import iso
 from gateway.content_coding import content_codings, decode_body
 from gateway.context import ExecContext, new_id
 from gateway.decoders import decode_json_body
 from gateway.errors import GatewayError, invalid_field
 from gateway.ingress.sse import open_stream, send, wants_events
 from gateway.live import follow_execution
+from gateway.results import held_body
 from gateway.stages.auth import verify_bearer
 from gateway.tokens import Principal
 
@@ -115,18 +115,6 @@ async def _stream_execution(request: web.Request, ctx: ExecContext) -> web.Strea
     if connected:
         await send(resp, "result", record["result"])
     return resp
-
-
-def held_body(ctx: ExecContext) -> dict[str, object]:
-    approval = ctx.held
-    assert approval is not None
-    return {
-        "status": "pending_approval",
-        "approval_id": approval.id,
-        "execution_id": ctx.execution_id,
-        "expires_at": iso(approval.expires_at),
-        "reasons": approval.reasons,
-    }
 
 
 @routes.get("/v1/executions/{execution_id}")

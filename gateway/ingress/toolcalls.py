@@ -19,10 +19,11 @@ from gateway import errors
 from gateway.appkeys import PIPELINE, SERVICES
 from gateway.context import ExecContext
 from gateway.errors import GatewayError, invalid_field
-from gateway.ingress.rest import authenticated, bearer_token, held_body, read_body
+from gateway.ingress.rest import authenticated, bearer_token, read_body
 from gateway.mcp_tools import RESULT_KEYS
 from gateway.models import ExecutionRequest, format_validation_errors
 from gateway.pipeline import Pipeline
+from gateway.results import held_body
 from gateway.toolcalls import INGRESS, ToolCall, ToolCallError, parse, render, to_request
 
 routes = web.RouteTableDef()

@@ -17,7 +17,8 @@ import pytest
 from backends.base import BackendError, ExecSpec, Limits, Status
 from backends.cgroups import CgroupLimits
 from backends.nsjail import NsjailBackend
-from backends.nsjail_settings import NsjailSettings, RuntimeSettings
+from backends.nsjail_settings import NsjailSettings
+from backends.runtimes import RuntimeSettings
 from tests.backends.conformance import BackendConformance, lines, run
 from tests.backends.conftest import (
     assert_nsjail_host_clean,

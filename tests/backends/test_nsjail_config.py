@@ -22,7 +22,8 @@ from backends.nsjail_config import (
     rlimit_cpu_s,
     time_limit_s,
 )
-from backends.nsjail_settings import NsjailSettings, RuntimeSettings
+from backends.nsjail_settings import NsjailSettings
+from backends.runtimes import RuntimeSettings
 
 GOLDEN = Path(__file__).parent / "golden"
 RUN = "/srv/execgate/runs/4242-cafe-7"

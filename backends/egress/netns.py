@@ -1,0 +1,111 @@
+"""Namespace plumbing for the egress boundaries (boundary.py, veth.py).
+
+setns/unshare(CLONE_NEWNET) change only the calling thread, so everything here runs
+on a short-lived thread of its own (`run_in_thread`) that enters or makes the
+namespace, creates its sockets and devices there, and ends.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import socket
+import struct
+import subprocess
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+CLONE_NEWNET = 0x40000000
+TUNSETIFF = 0x400454CA
+IFF_TUN, IFF_NO_PI = 0x0001, 0x1000
+
+T = TypeVar("T")
+
+
+def run_in_thread(work: Callable[[], T]) -> T:
+    """Run `work` on a thread of its own, which may change namespace and ends."""
+    result: list[T | BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(work())
+        except BaseException as exc:  # handed to the caller's thread
+            result.append(exc)
+
+    thread = threading.Thread(target=target, name="execgate-netns", daemon=True)
+    thread.start()
+    thread.join()
+    outcome = result[0]
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+def enter(netns_path: str | None) -> int | None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if netns_path is None:
+        if libc.unshare(CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+        return os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        # Never the gateway's own (a container on the host network): routing it
+        # into a TUN would cut the host off, and it is no sandbox's to record.
+        target, own = os.fstat(fd), os.stat("/proc/self/ns/net")
+        if (target.st_dev, target.st_ino) == (own.st_dev, own.st_ino):
+            raise OSError(f"{netns_path} is the gateway's own network namespace")
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns({netns_path})")
+    finally:
+        os.close(fd)
+    return None
+
+
+def discard(made: list[socket.socket], *fds: int | None) -> None:
+    """Close what a half-made boundary holds (a failed set-up leaves nothing open)."""
+    for sock in made:
+        sock.close()
+    for fd in fds:
+        if fd is not None and fd >= 0:
+            os.close(fd)
+
+
+def open_tun(name: str) -> int:
+    tun = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        fcntl.ioctl(tun, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TUN | IFF_NO_PI))
+    except BaseException:
+        os.close(tun)
+        raise
+    return tun
+
+
+def ip_batch(ip_binary: str, batch: str) -> None:
+    done = subprocess.run(
+        [ip_binary, "-batch", "-"], input=batch.encode(), capture_output=True, timeout=10
+    )
+    if done.returncode != 0:
+        raise OSError(f"ip -batch failed: {done.stderr.decode(errors='replace').strip()[:300]}")
+
+
+def enable_ipv6() -> None:
+    """Docker's `none` network turns IPv6 off; on, its direct attempts reach the
+    recorder too (with it off they fail unrecorded). /proc/sys/net is the
+    writing thread's namespace: this one's."""
+    for scope in ("all", "default"):
+        try:
+            with open(f"/proc/sys/net/ipv6/conf/{scope}/disable_ipv6", "w") as f:
+                f.write("0")
+        except OSError:
+            return  # no IPv6 here: nothing to record either
+
+
+def ipv6_disabled() -> bool:
+    # /proc/sys/net shows the namespace of the reading thread: this one's.
+    try:
+        with open("/proc/sys/net/ipv6/conf/all/disable_ipv6") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return True  # no IPv6 in this kernel

@@ -1,0 +1,57 @@
+"""How the benchmarks measure: samples after a warm-up, percentiles, and throughput at
+a given concurrency. Shared by every benchmark of `execgate bench`."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+
+def percentiles(samples_s: list[float]) -> dict[str, float]:
+    ordered = sorted(samples_s)
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+    return {
+        "n": len(ordered),
+        "p50_ms": round(statistics.median(ordered) * 1000, 3),
+        "p95_ms": round(pick(0.95), 3),
+        "p99_ms": round(pick(0.99), 3),
+    }
+
+
+async def timed(fn: Callable[[], Awaitable[Any]], runs: int, warmup: int = 3) -> list[float]:
+    for _ in range(warmup):
+        await fn()
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        await fn()
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+async def throughput(
+    fn: Callable[[], Awaitable[Any]], concurrency: int, total: int
+) -> dict[str, Any]:
+    latencies: list[float] = []
+    queue = iter(range(total))
+
+    async def worker() -> None:
+        for _ in queue:
+            t0 = time.perf_counter()
+            await fn()
+            latencies.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - t0
+    return {
+        "concurrency": concurrency,
+        "per_s": round(total / elapsed, 1),
+        **percentiles(latencies),
+    }
