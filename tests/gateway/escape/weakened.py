@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from backends.base import ExecResult, ExecSpec
 from backends.docker import DockerBackend
 from backends.docker_engine import Engine
 from backends.gvisor import GvisorBackend
@@ -45,6 +46,11 @@ class WeakNsjail(NsjailBackend):
     def __init__(self, settings: Any, canary_dir: Path) -> None:
         super().__init__(settings)
         self.canary_dir = canary_dir
+        self.runs_seen = 0
+
+    async def run(self, spec: ExecSpec) -> ExecResult:
+        self.runs_seen += 1
+        return await super().run(spec)
 
     def _start_sync(self) -> None:
         super()._start_sync()
