@@ -62,10 +62,14 @@ async def client(aiohttp_client: Any, settings: Settings) -> TestClient:
 def canary_dir() -> Iterator[Path]:
     """Host canaries for the escape suite, in a directory weakened sandboxes bind in
     (under /tmp, not pytest's 0700 tmp_path: the sandbox uid traverses to it)."""
-    path = Path(tempfile.mkdtemp(prefix="execgate-escape-canary-", dir="/tmp"))
-    path.chmod(0o755)
+    parent = Path(tempfile.mkdtemp(prefix="execgate-escape-canary-", dir="/tmp"))
+    parent.chmod(0o755)
+    # Beside it, not in it (the canaries' own directory must stay as made):
+    # tests/gateway/escape/weakened.py keeps a credential canary in "secrets".
+    path = parent / "canary"
+    path.mkdir(mode=0o755)
     yield path
-    shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(parent, ignore_errors=True)
 
 
 @pytest.fixture
