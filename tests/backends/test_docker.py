@@ -20,6 +20,7 @@ from backends.docker import DockerBackend
 from backends.docker_settings import DockerSettings
 from tests.backends.conformance import FORK_BOMB, BackendConformance, fork_bomb_peak, lines, run
 from tests.backends.conftest import assert_docker_host_clean, start_docker_backend
+from tests.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -126,7 +127,7 @@ async def test_binary_stdin_and_files_pass_untouched(backend: DockerBackend) -> 
 
 async def test_cancelled_run_leaves_nothing(backend: DockerBackend) -> None:
     task = asyncio.ensure_future(run(backend, "bash", "sleep 30 & sleep 30"))
-    await asyncio.sleep(0.5)
+    await until(lambda: bool(backend.running_sandboxes), what="the run started")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

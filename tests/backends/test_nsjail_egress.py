@@ -10,6 +10,8 @@ from backends.egress.boundary import TUN_NAME
 from backends.nsjail import NsjailBackend
 from tests.backends.egress_conformance import EgressConformance, run_python
 
+pytestmark = pytest.mark.integration  # drives a real nsjail
+
 
 @pytest.fixture
 def backend(nsjail_backend: NsjailBackend) -> NsjailBackend:

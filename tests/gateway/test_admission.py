@@ -26,7 +26,7 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.integration)])
 async def admission(request: pytest.FixtureRequest) -> AsyncIterator[Admission]:
     if request.param == "redis":
         server: RedisServer = request.getfixturevalue("redis_server")

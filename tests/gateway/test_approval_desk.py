@@ -11,6 +11,7 @@ import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from gateway.keys import load_or_create_dev_secret
 from gateway.settings import Settings
 from gateway.tokens import mint_token
 from tests.gateway.conftest import audit_records, auth, make_settings, require_root
+from tests.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -292,7 +294,9 @@ async def test_pending_approvals_survive_a_restart_and_expire_on_time(start: Any
     ).json()
     assert approval["status"] == "pending"
     await gw2.stop()
-    await asyncio.sleep(3.5)
+    # Until its expiry has passed (by the wall clock the store uses), whatever the load.
+    expires = datetime.fromisoformat(approval["expires_at"]).timestamp()
+    await until(lambda: time.time() > expires, what="the approval's expiry passed")
 
     gw3, client3 = await start(EXECGATE_APPROVALS_TTL_S="3")
     approval = await (

@@ -15,6 +15,8 @@ from gateway.state.redis_state import RedisState
 from tests.gateway.test_approvals import assert_one_winner
 from tests.redis_server import RedisServer
 
+pytestmark = pytest.mark.integration  # drives a real Redis
+
 
 def approval(i: str = "apr_1", ttl: float = 60, tenant: str = "acme") -> Approval:
     now = time.time()

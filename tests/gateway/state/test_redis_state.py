@@ -12,6 +12,8 @@ from gateway.settings import AdmissionSettings, TenantSettings
 from gateway.state.redis_state import RedisState
 from tests.redis_server import RedisServer
 
+pytestmark = pytest.mark.integration  # drives a real Redis
+
 LIMITS = TenantSettings(rate_per_s=1000, burst=1000, max_concurrent=1)
 
 
