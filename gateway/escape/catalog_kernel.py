@@ -124,7 +124,11 @@ for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
             continue
         ret, err = sc(308, fd, 0)
         os.close(fd)
-        if ret == 0 and os.readlink(f'/proc/self/ns/{name}') == H['ns'].get(name):
+        try:  # after joining a mount namespace, its /proc may show no such link
+            now = os.readlink(f'/proc/self/ns/{name}') if ret == 0 else ''
+        except OSError as exc:
+            now = str(exc)
+        if ret == 0 and now == H['ns'].get(name):
             joined.append(f'{pid}/{name}')
 report(joined, ', '.join(joined) or 'no host namespace joined')
 """)),

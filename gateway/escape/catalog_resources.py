@@ -18,6 +18,7 @@ from gateway.escape.technique import (
     bash,
     probe_says,
     python,
+    silent,
 )
 
 PIDS = 16
@@ -25,18 +26,29 @@ OUTPUT = 64 * 1024
 
 
 def ended(evidence: Evidence) -> Verdict:
-    """The program ended within its limits; host findings and stalls judged apart."""
+    """The probe's count held within its limits, or a limit stopped it."""
     result = evidence.results[-1]
     detail = f"{result.status.value}, {len(result.events)} events, {result.duration_ms} ms"
     report = evidence.report()
-    if report is not None and "escaped" in report:
-        verdict = probe_says(evidence)
-        return Verdict(verdict.outcome, f"{verdict.detail}; {detail}")
-    return Verdict(Outcome.CONTAINED, detail)
+    verdict = probe_says(evidence) if report is not None else silent(evidence)
+    return Verdict(verdict.outcome, f"{verdict.detail}; {detail}")
+
+
+def ended_quietly(evidence: Evidence) -> Verdict:
+    """A program that prints no verdict (a bomb, a daemon): it started (the runner
+    saw its start line) and ended; what it may have left is the residue check's
+    and the canaries' to find (they come on top)."""
+    result = evidence.results[-1]
+    return Verdict(
+        Outcome.CONTAINED,
+        f"{result.status.value}, {len(result.events)} events, {result.duration_ms} ms",
+    )
 
 
 def output_collected(evidence: Evidence) -> Verdict:
     """What the backend handed back: no host content, no path outside, no giant."""
+    if evidence.report() is None:
+        return silent(evidence)  # it never got to making its files
     # The canaries' content (their names alone may appear in harmless places).
     token = b"CANARY-" + evidence.host.get("token", "").encode()
     shadow = evidence.host.get("shadow_head", "").encode()
@@ -91,7 +103,7 @@ def fill(directory, limit_mb):
 
 TECHNIQUES = [
     Technique("resources.fork_bomb", "resources", "fork without end",
-              bash("echo started\n:(){ :|:& };:\nsleep 5", timeout_s=1.5, pids=PIDS), ended),
+              bash("echo started\n:(){ :|:& };:\nsleep 5", timeout_s=1.5, pids=PIDS), ended_quietly),
     Technique("resources.thread_bomb", "resources", "start threads without end",
               python("import threading, time\nn = 0\ntry:\n    while n < 4000:\n"
                      "        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
@@ -122,15 +134,15 @@ TECHNIQUES = [
               bash("echo started\nfor i in 1 2 3 4; do (while :; do :; done) & done\nsleep 2; kill 0",
                    cpus=0.5), cpu_bounded),
     Technique("resources.ignore_sigterm", "resources", "ignore SIGTERM past the deadline",
-              bash("echo started\ntrap '' TERM INT HUP\nwhile :; do sleep 0.1; done", timeout_s=1.0), ended),
+              bash("echo started\ntrap '' TERM INT HUP\nwhile :; do sleep 0.1; done", timeout_s=1.0), ended_quietly),
     Technique("resources.refork", "resources", "re-fork daemons that outlive the program",
-              bash("echo started\n(while :; do (sleep 30 &) ; sleep 0.05; done) &\nsleep 0.3\nexit 0"), ended),
+              bash("echo started\n(while :; do (sleep 30 &) ; sleep 0.05; done) &\nsleep 0.3\nexit 0"), ended_quietly),
     Technique("resources.setsid", "resources", "leave a setsid daemon behind",
-              bash("echo started\nsetsid sleep 30 </dev/null >/dev/null 2>&1 &\nexit 0"), ended),
+              bash("echo started\nsetsid sleep 30 </dev/null >/dev/null 2>&1 &\nexit 0"), ended_quietly),
     Technique("resources.self_stop", "resources", "stop itself (SIGSTOP) to hang the run",
-              bash("echo started\nkill -STOP $$\necho resumed", timeout_s=1.5), ended),
+              bash("echo started\nkill -STOP $$\necho resumed", timeout_s=1.5), ended_quietly),
     Technique("resources.orphan_pipes", "resources", "leave an orphan holding the output pipes",
-              bash("(sleep 30 &)\necho parent done", timeout_s=2.0), ended),
+              bash("(sleep 30 &)\necho parent done", timeout_s=2.0), ended_quietly),
     Technique("resources.core_dump", "resources", "raise the core limit and dump core",
               bash("if ulimit -c unlimited 2>/dev/null; then r=true; else r=false; fi\n"
                    "echo \"{\\\"escaped\\\": $r, \\\"detail\\\": \\\"core limit $(ulimit -c)\\\"}\"\n"
@@ -152,8 +164,9 @@ TECHNIQUES = [
                      "os.symlink('/dev/urandom', '/workspace/random')\nreport(False, 'made')\n"),
               output_collected),
     Technique("output.sparse_giant", "output", "return a sparse file of 100 GiB",
-              python("with open('/workspace/sparse', 'wb') as f:\n    f.truncate(100 << 30)\n"
-                     "report(False, 'sparse file made')\n"), output_collected),
+              python("try:\n    with open('/workspace/sparse', 'wb') as f:\n        f.truncate(100 << 30)\n"
+                     "    report(False, 'sparse file made')\nexcept OSError as exc:\n"
+                     "    report(False, f'refused: {exc}')\n"), output_collected),
     Technique("output.tar_traversal", "output", "return an archive with ../ and absolute members",
               python("import tarfile, io\nwith tarfile.open('/workspace/evil.tar', 'w') as t:\n"
                      "    for name in ('../../../../tmp/' + H['token'], '/tmp/' + H['token']):\n"

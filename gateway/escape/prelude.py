@@ -3,6 +3,8 @@
 PRELUDE = r'''
 import ctypes, errno, json, os, socket, struct, sys
 H = json.loads(r"""@@HOST@@""")
+# The start line (technique.start_line): proof that this program itself runs.
+print(json.dumps({"started": "@@MARK@@"}), flush=True)
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 

@@ -9,10 +9,12 @@ from gateway.escape.technique import Outcome
 
 
 def summary(result: SuiteResult) -> str:
+    verdict = "sound" if result.sound else "NOT SOUND: " + "; ".join(result.problems)
     return (
         f"escape-test {result.backend}: {len(result.findings)} techniques, "
         f"{result.count(Outcome.CONTAINED)} contained, {result.count(Outcome.ESCAPED)} escaped, "
-        f"{result.count(Outcome.NOT_APPLICABLE)} not applicable ({result.duration_ms / 1000:.1f} s)"
+        f"{result.count(Outcome.NOT_APPLICABLE)} not applicable, "
+        f"{result.count(Outcome.ERROR)} errors ({result.duration_ms / 1000:.1f} s): {verdict}"
     )
 
 
@@ -32,6 +34,9 @@ def as_json(result: SuiteResult) -> dict[str, Any]:
         "backend": result.backend,
         "duration_ms": result.duration_ms,
         "counts": {o.value: result.count(o) for o in Outcome},
+        "sound": result.sound,
+        "problems": result.problems,
+        "max_not_applicable": result.max_not_applicable,
         "techniques": [
             {
                 "id": f.technique.id,

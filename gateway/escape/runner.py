@@ -1,5 +1,10 @@
 """Runs the suite against one started backend: one probe at a time, then the
-host checks, then the verdict."""
+host checks, then the verdict.
+
+A run is sound only when nothing escaped, nothing errored (a probe that did not
+run or report, a backend that failed the run) and no more techniques than the
+backend's ceiling were not applicable: a sandbox that runs nothing, or refuses
+everything, is never called sound."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.base import BackendError, ExecResult, ExecSpec, SandboxBackend, Status
+from backends.base import BackendError, ExecResult, ExecSpec, SandboxBackend
 from gateway.escape.catalog import techniques
 from gateway.escape.host import HostCanaries
 from gateway.escape.residue import leftovers
@@ -19,6 +24,12 @@ from gateway.escape.technique import Evidence, Outcome, Probe, Technique, Verdic
 
 # Beyond the probe's own deadline: longer than this and the backend hung on it.
 STALL_MARGIN_S = 30.0
+
+# How many techniques each backend may find not applicable (its probes say why:
+# gVisor's /proc has no NoNewPrivs line, a host with port 53 taken has no DNS
+# canary, ...). More than that and the run is not sound: a backend on which the
+# probes cannot tell is no proven backend. Unknown backends may have none.
+NOT_APPLICABLE_CEILING = {"nsjail": 1, "docker": 1, "docker-gvisor": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,13 +44,40 @@ class SuiteResult:
     backend: str
     findings: tuple[Finding, ...]
     duration_ms: int
+    max_not_applicable: int = 0
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for f in self.findings if f.verdict.outcome == outcome)
 
+    def having(self, outcome: Outcome) -> list[Finding]:
+        return [f for f in self.findings if f.verdict.outcome == outcome]
+
     @property
     def escaped(self) -> list[Finding]:
-        return [f for f in self.findings if f.verdict.outcome == Outcome.ESCAPED]
+        return self.having(Outcome.ESCAPED)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return self.having(Outcome.ERROR)
+
+    @property
+    def problems(self) -> list[str]:
+        """Why the run is not sound (empty: it is)."""
+        found = []
+        if self.escaped:
+            found.append(f"escaped: {', '.join(f.technique.id for f in self.escaped)}")
+        if self.errors:
+            found.append(f"errors: {', '.join(f.technique.id for f in self.errors)}")
+        na = self.count(Outcome.NOT_APPLICABLE)
+        if na > self.max_not_applicable:
+            found.append(f"{na} not applicable, more than the {self.max_not_applicable} allowed")
+        if not self.findings:
+            found.append("no technique was run")
+        return found
+
+    @property
+    def sound(self) -> bool:
+        return not self.problems
 
 
 async def run_suite(
@@ -48,7 +86,9 @@ async def run_suite(
     credential_files: tuple[str, ...] = (),
     progress: Callable[[Finding], None] | None = None,
     canary_dir: Path | None = None,
+    max_not_applicable: int | None = None,
 ) -> SuiteResult:
+    """`max_not_applicable`: the ceiling (default: the backend's, NOT_APPLICABLE_CEILING)."""
     started = time.monotonic()
     chosen = list(selected) if selected is not None else techniques()
     found = []
@@ -59,7 +99,9 @@ async def run_suite(
             found.append(finding)
             if progress is not None:
                 progress(finding)
-    return SuiteResult(backend.name, tuple(found), int((time.monotonic() - started) * 1000))
+    if max_not_applicable is None:
+        max_not_applicable = NOT_APPLICABLE_CEILING.get(backend.name, 0)
+    return SuiteResult(backend.name, tuple(found), _ms(started), max_not_applicable)
 
 
 async def run_one(backend: SandboxBackend, technique: Technique, host: HostCanaries) -> Finding:
@@ -68,7 +110,8 @@ async def run_one(backend: SandboxBackend, technique: Technique, host: HostCanar
     facts = json.dumps(host.facts)
     probes = [technique.probe] + ([technique.followup] if technique.followup else [])
     specs = [_spec(p, facts, mark) for p in probes]
-    evidence = Evidence(results=[], host=host.facts)
+    evidence = Evidence(results=[], host=host.facts, mark=mark)
+    failure = ""
     try:
         if technique.concurrent:
             evidence.results = list(await asyncio.gather(*(_run(backend, s) for s in specs)))
@@ -78,30 +121,39 @@ async def run_one(backend: SandboxBackend, technique: Technique, host: HostCanar
     except TimeoutError:
         evidence.stalled = True
     except BackendError as exc:
-        verdict = Verdict(Outcome.CONTAINED, f"the backend refused the run: {exc}")
-        findings = await host.findings() + await leftovers(backend)
-        if findings:
-            verdict = Verdict(Outcome.ESCAPED, "; ".join(findings))
-        return Finding(technique, verdict, _ms(started))
+        # Refusing a run is no containment: nothing was tried, nothing proven.
+        failure = f"the backend failed the run: {exc}"
     evidence.host_findings = await host.findings() + await leftovers(backend)
+    if failure:
+        verdict = Verdict(Outcome.ERROR, failure[:400])
+        if evidence.host_findings:
+            verdict = Verdict(Outcome.ESCAPED, "host: " + "; ".join(evidence.host_findings))
+        return Finding(technique, verdict, _ms(started))
     return Finding(technique, judge(technique, evidence), _ms(started))
 
 
 def judge(technique: Technique, evidence: Evidence) -> Verdict:
     if evidence.stalled:
         return Verdict(Outcome.ESCAPED, "the backend did not return: the run hung it")
-    if not any(_ran(r) for r in evidence.results):
-        return Verdict(Outcome.NOT_APPLICABLE, "no sign that the probe ran at all")
-    verdict = technique.judge(evidence)
     if evidence.host_findings:
+        # The host's evidence stands whatever the probe said, or whether it ran.
+        probe = technique.judge(evidence).detail if not evidence.not_started() else "did not run"
         detail = "host: " + "; ".join(evidence.host_findings)
-        return Verdict(Outcome.ESCAPED, f"{detail}; probe: {verdict.detail}"[:400])
-    return verdict
-
-
-def _ran(result: ExecResult) -> bool:
-    """Every probe prints, or is stopped: silence and success means nothing ran."""
-    return bool(result.stdout or result.stderr or result.events) or result.status != Status.OK
+        return Verdict(Outcome.ESCAPED, f"{detail}; probe: {probe}"[:400])
+    missing = evidence.not_started()
+    if missing:
+        result = evidence.results[missing[0]]
+        tail = (result.stdout + result.stderr).decode(errors="replace").strip()[-160:]
+        return Verdict(
+            Outcome.ERROR,
+            f"the probe did not run (no start line; {result.status.value}, exit "
+            f"{result.exit_code}): {tail}",
+        )
+    report = evidence.report()
+    if report is not None and "na" in report:
+        # The probe's own finding, whatever the technique's judge looks at.
+        return Verdict(Outcome.NOT_APPLICABLE, str(report["na"])[:300])
+    return technique.judge(evidence)
 
 
 def _spec(probe: Probe, facts: str, mark: str) -> ExecSpec:

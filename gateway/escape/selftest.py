@@ -1,9 +1,11 @@
 """The escape suite in production: on a schedule or on demand, against the live
 backends, one probe at a time (serving goes on beside it).
 
-Each run is audited (`sandbox.selftest`) and counted in metrics; a backend with
-any escape is taken out of service (`/readyz` says why, executions routed to it
-are refused with 503 backend_unavailable) until an operator clears it.
+Each run is audited (`sandbox.selftest`) and counted in metrics; a backend that
+is not sound (any escape, any technique the suite could not judge, more not
+applicable than its ceiling: runner.py) is taken out of service (`/readyz` says
+why, executions routed to it are refused with 503 backend_unavailable) until an
+operator clears it.
 """
 
 from __future__ import annotations
@@ -48,20 +50,26 @@ class SelfTest:
         result = await run_suite(self.svc.backends[name], credential_files=(self._key_file,))
         for outcome in Outcome:
             self.outcomes.labels(name, outcome.value).inc(result.count(outcome))
+        problems = result.problems
         escaped = [f.technique.id for f in result.escaped]
-        if escaped:
-            self.svc.out_of_service[name] = f"escape self-test: {', '.join(escaped)} escaped"
+        if problems:
+            # Not sound is out of service: an escape, and as much a run the suite
+            # could not judge (a backend that fails runs, probes that never ran).
+            self.svc.out_of_service[name] = f"escape self-test: {'; '.join(problems)}"
             # The why, not only the which: an operator acts on the detail.
-            details = {f.technique.id: f.verdict.detail for f in result.escaped}
-            log.error("backend %s taken out of service: escaped %s", name, details)
+            details = {f.technique.id: f.verdict.detail for f in result.escaped + result.errors}
+            log.error("backend %s taken out of service: %s %s", name, problems, details)
         await self.svc.audit.append(
             "sandbox.selftest",
             backend=name,
             counts={o.value: result.count(o) for o in Outcome},
             escaped=escaped,
             escaped_details={f.technique.id: f.verdict.detail for f in result.escaped},
+            errors={f.technique.id: f.verdict.detail for f in result.errors},
+            problems=problems,
+            sound=not problems,
             duration_ms=result.duration_ms,
-            out_of_service=bool(escaped),
+            out_of_service=bool(problems),
         )
         return result
 

@@ -18,8 +18,9 @@ import pytest_asyncio
 from backends.base import BackendError, ExecSpec, Limits, Status
 from backends.docker import DockerBackend
 from backends.docker_settings import DockerSettings
-from tests.backends.conformance import BackendConformance, lines, run
+from tests.backends.conformance import FORK_BOMB, BackendConformance, fork_bomb_peak, lines, run
 from tests.backends.conftest import assert_docker_host_clean, start_docker_backend
+from tests.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -46,8 +47,10 @@ class TestDockerConformance(BackendConformance):
 
 
 async def test_fork_bomb(backend: DockerBackend) -> None:
-    result = await run(backend, "bash", ":(){ :|:& };:\nsleep 5", timeout_s=1.5, pids=32)
+    result = await run(backend, "bash", FORK_BOMB, timeout_s=3.0, pids=32)
     assert result.status == Status.TIMEOUT
+    # The limit held: never more processes than it allows (+ the launcher).
+    assert 1 <= fork_bomb_peak(result) <= 32 + 1, result.stdout
     assert any(e.kind == "deadline" for e in result.events)
     await assert_docker_host_clean(backend)
 
@@ -124,7 +127,7 @@ async def test_binary_stdin_and_files_pass_untouched(backend: DockerBackend) -> 
 
 async def test_cancelled_run_leaves_nothing(backend: DockerBackend) -> None:
     task = asyncio.ensure_future(run(backend, "bash", "sleep 30 & sleep 30"))
-    await asyncio.sleep(0.5)
+    await until(lambda: bool(backend.running_sandboxes), what="the run started")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

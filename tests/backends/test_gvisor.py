@@ -14,7 +14,7 @@ import pytest_asyncio
 from backends.base import BackendError, Status
 from backends.docker_settings import GvisorSettings
 from backends.gvisor import GvisorBackend
-from tests.backends.conformance import BackendConformance, lines, run
+from tests.backends.conformance import FORK_BOMB, BackendConformance, fork_bomb_peak, lines, run
 from tests.backends.conftest import assert_docker_host_clean, start_docker_backend
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -50,8 +50,10 @@ async def test_programs_see_gvisors_kernel(backend: GvisorBackend) -> None:
 
 
 async def test_fork_bomb(backend: GvisorBackend) -> None:
-    result = await run(backend, "bash", ":(){ :|:& };:\nsleep 5", timeout_s=1.5, pids=32)
+    result = await run(backend, "bash", FORK_BOMB, timeout_s=3.0, pids=32)
     assert result.status == Status.TIMEOUT
+    # The limit held: never more processes than it allows (+ the launcher).
+    assert 1 <= fork_bomb_peak(result) <= 32 + 1, result.stdout
     await assert_docker_host_clean(backend)
 
 

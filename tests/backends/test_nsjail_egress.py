@@ -16,6 +16,8 @@ from tests.backends.egress_conformance import (
     run_python,
 )
 
+pytestmark = pytest.mark.integration  # drives a real nsjail
+
 
 @pytest.fixture
 async def backend(nsjail_settings: NsjailSettings) -> AsyncIterator[NsjailBackend]:

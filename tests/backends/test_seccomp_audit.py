@@ -11,6 +11,8 @@ from backends.nsjail_settings import NsjailSettings
 from backends.seccomp_audit import RECORD, syscall_names
 from tests.backends.conformance import run
 
+pytestmark = pytest.mark.integration  # drives a real nsjail
+
 LINE = (
     b"6,1234,5678,-;audit: type=1326 audit(1.2:3): auid=4294967295 uid=160000 gid=160000"
     b' ses=4294967295 pid=22884 comm="python3" exe="/usr/bin/python3.11" sig=0'

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,20 @@ def settings(tmp_path: Path) -> Settings:
 @pytest.fixture
 async def client(aiohttp_client: Any, settings: Settings) -> TestClient:
     return await aiohttp_client(create_app(settings))
+
+
+@pytest.fixture
+def canary_dir() -> Iterator[Path]:
+    """Host canaries for the escape suite, in a directory weakened sandboxes bind in
+    (under /tmp, not pytest's 0700 tmp_path: the sandbox uid traverses to it)."""
+    parent = Path(tempfile.mkdtemp(prefix="execgate-escape-canary-", dir="/tmp"))
+    parent.chmod(0o755)
+    # Beside it, not in it (the canaries' own directory must stay as made):
+    # tests/gateway/escape/weakened.py keeps a credential canary in "secrets".
+    path = parent / "canary"
+    path.mkdir(mode=0o755)
+    yield path
+    shutil.rmtree(parent, ignore_errors=True)
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ from gateway.admission import Admission, policy_header
 from gateway.errors import GatewayError
 from gateway.settings import AdmissionSettings, TenantSettings
 from gateway.state.memory import MemoryState
-from gateway.state.redis_state import RedisState
+from gateway.state.redis_state import PREFIX, RedisState
 from tests.redis_server import RedisServer, redis_server  # noqa: F401
+from tests.waiting import HUNG_S, until
 
 # An interval of 1000 s: nothing refills while a test runs, so no test waits on time.
 SLOW = {"rate_per_s": 0.001}
@@ -26,7 +27,7 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.integration)])
 async def admission(request: pytest.FixtureRequest) -> AsyncIterator[Admission]:
     if request.param == "redis":
         server: RedisServer = request.getfixturevalue("redis_server")
@@ -108,27 +109,38 @@ async def test_a_refusal_spends_nothing(admission: Admission) -> None:
     assert (await admission.usage("t", limits))["executions_today"] == 2
 
 
+async def waiting(state: object, count: int) -> bool:
+    """`count` requests wait for a global slot, as the state itself records them."""
+    if isinstance(state, MemoryState):
+        return len(state._waiting) == count
+    assert isinstance(state, RedisState)
+    return bool(await state.client.zcard(f"{PREFIX}waiting") == count)
+
+
 async def test_global_cap_goes_to_the_tenant_holding_fewest(admission: Admission) -> None:
     """A flooding tenant holds every global slot; as slots free up, the tenant that
     waits with fewer slots gets them, so the flood cannot starve it."""
     limits = TenantSettings(rate_per_s=1000, burst=1000, max_concurrent=100)
-    flood = [await admission.admit("flood", limits) for _ in range(4)]
-    flood_waiters = [asyncio.create_task(admission.admit("flood", limits)) for _ in range(6)]
-    await asyncio.sleep(0.05)
-    quiet = asyncio.create_task(admission.admit("quiet", limits))
-    await asyncio.sleep(0.05)
+    # The same state, with a queue that only a hung test outwaits: the waiters
+    # are counted in the state, not given a few milliseconds to get there.
+    patient = Admission(admission.state, AdmissionSettings(max_concurrent_executions=4,
+                                                          queue_timeout_s=HUNG_S))  # fmt: skip
+    flood = [await patient.admit("flood", limits) for _ in range(4)]
+    flood_waiters = [asyncio.create_task(patient.admit("flood", limits)) for _ in range(6)]
+    await until(lambda: waiting(admission.state, 6), what="six flood requests wait")
+    quiet = asyncio.create_task(patient.admit("quiet", limits))
+    await until(lambda: waiting(admission.state, 7), what="the quiet request waits too")
     assert not quiet.done()
     await flood[0].release()
-    slot = await asyncio.wait_for(quiet, 5)
+    slot = await asyncio.wait_for(quiet, HUNG_S)
     assert slot.tenant == "quiet"
     assert not any(t.done() for t in flood_waiters)
     await slot.release()
     for held in flood[1:]:
         await held.release()
-    results = await asyncio.gather(*flood_waiters, return_exceptions=True)
-    for result in results:
-        if not isinstance(result, BaseException):
-            await result.release()
+    # Each waiter in turn gets a slot and gives it back (six waiters, four slots).
+    for next_done in asyncio.as_completed(flood_waiters):
+        await (await next_done).release()
 
 
 async def test_queue_times_out_cleanly(admission: Admission) -> None:

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import json
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from tests.gateway.approval_gateway import (  # noqa: F401 (fixtures)
     wait_for,
 )
 from tests.gateway.conftest import audit_records, auth
+from tests.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -190,7 +192,9 @@ async def test_pending_approvals_survive_a_restart_and_expire_on_time(start: Any
     ).json()
     assert approval["status"] == "pending"
     await gw2.stop()
-    await asyncio.sleep(3.5)
+    # Until its expiry has passed (by the wall clock the store uses), whatever the load.
+    expires = datetime.fromisoformat(approval["expires_at"]).timestamp()
+    await until(lambda: time.time() > expires, what="the approval's expiry passed")
 
     gw3, client3 = await start(EXECGATE_APPROVALS_TTL_S="3")
     approval = await (

@@ -35,6 +35,21 @@ def approval(i: str = "apr_1", ttl: float = 60) -> Approval:
     )
 
 
+def assert_one_winner(results: list[object]) -> Approval:
+    """Of (approve by bob, deny by carol) racing: exactly one won, the other lost
+    with a conflict, and the stored decision is the winner's own, not the loser's."""
+    expected = {0: ("approved", "bob"), 1: ("denied", "carol")}
+    won = [i for i, r in enumerate(results) if isinstance(r, tuple)]
+    assert len(won) == 1, results
+    (index,) = won
+    loser = results[1 - index]
+    assert isinstance(loser, ApprovalError) and loser.kind == "conflict", loser
+    decided, changed = results[index]  # type: ignore[misc]
+    assert changed is True
+    assert (decided.status, decided.approver) == expected[index]
+    return decided
+
+
 async def test_decisions_are_persistent_idempotent_and_exclusive(tmp_path: Path) -> None:
     store = ApprovalStore(tmp_path / "state.db", clock=Clock())
     await store.start()
@@ -44,18 +59,18 @@ async def test_decisions_are_persistent_idempotent_and_exclusive(tmp_path: Path)
         store.decide("apr_1", "deny", "carol", "no"),
         return_exceptions=True,
     )
-    winners = [r for r in results if isinstance(r, tuple)]
-    losers = [r for r in results if isinstance(r, ApprovalError)]
-    assert len(winners) == 1 and len(losers) == 1 and losers[0].kind == "conflict"
-    word = {"approved": "approve", "denied": "deny"}[winners[0][0].status]
+    winner = assert_one_winner(results)
+    word = {"approved": "approve", "denied": "deny"}[winner.status]
     again, changed = await store.decide("apr_1", word, "x", "")
-    assert changed is False and again.status == winners[0][0].status
+    assert changed is False and again.status == winner.status
     await store.close()
 
     reopened = ApprovalStore(tmp_path / "state.db", clock=Clock())
     await reopened.start()
     got = await reopened.get("apr_1")
-    assert got is not None and got.status in ("approved", "denied") and got.decided_at
+    # What persisted is the winner's decision, by the winner.
+    assert got is not None and got.decided_at
+    assert (got.status, got.approver) == (winner.status, winner.approver)
     with pytest.raises(ApprovalError) as exc:
         await reopened.decide("apr_missing", "approve", "bob", "")
     assert exc.value.kind == "not_found"

@@ -26,6 +26,8 @@ from gateway.settings import EgressSecretSettings, EgressSettings, Settings
 from gateway.tokens import mint_token
 from tests.gateway.conftest import REPO, audit_records, auth, make_settings, require_root
 
+pytestmark = pytest.mark.integration  # drives a real nsjail
+
 
 @pytest.fixture
 async def local_server() -> AsyncIterator[tuple[int, list[dict[str, str]]]]:

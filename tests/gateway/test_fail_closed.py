@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from gateway.app import create_app
+from gateway.app import StartupError, create_app
+from gateway.policy.base import PolicyEngineError
 from tests.gateway.conftest import REPO, audit_records, auth, make_settings, require_root
 
 pytestmark = pytest.mark.integration
@@ -57,7 +58,7 @@ async def test_broken_policy_file_stops_start_up_with_a_record(
 ) -> None:
     policies = policy_dir(tmp_path)
     (policies / "broken.rego").write_text("package execgate\n\nthis is not rego {\n")
-    with pytest.raises(Exception, match=r"broken\.rego"):
+    with pytest.raises(PolicyEngineError, match=r"broken\.rego"):
         await gateway(EXECGATE_POLICY_PATH=str(policies))
     records = audit_records(make_settings(tmp_path))
     assert records and records[-1]["type"] == "gateway.start_failed"
@@ -87,8 +88,12 @@ async def test_unusable_decision_runs_nothing(
 
 
 async def test_missing_backend_binary_stops_start_up(tmp_path: Path, gateway: Any) -> None:
-    with pytest.raises(Exception, match="nsjail"):
-        await gateway(EXECGATE_BACKENDS_NSJAIL_NSJAIL_PATH=str(tmp_path / "absent"))
+    absent = tmp_path / "absent"
+    with pytest.raises(StartupError, match="backend nsjail: nsjail binary not found"):
+        await gateway(EXECGATE_BACKENDS_NSJAIL_NSJAIL_PATH=str(absent))
+    records = audit_records(make_settings(tmp_path))
+    assert records and records[-1]["type"] == "gateway.start_failed"
+    assert str(absent) in records[-1]["error"] and no_execution(records)
 
 
 async def test_backend_vanishing_at_run_time_is_503_and_recorded(

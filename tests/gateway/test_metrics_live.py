@@ -52,7 +52,14 @@ async def test_every_metric_the_issue_names(client: TestClient, token: Callable[
     assert sample(text, "execgate_audit_records_total", type="execution.finished") == 1
     assert sample(text, "execgate_audit_write_duration_seconds_count") >= 1
     assert sample(text, "execgate_audit_healthy") == 1
-    assert sample(text, "execgate_sandbox_pool_ready", backend="nsjail") >= 0
+    # Once the pool has refilled after that run: exactly the configured warm pool.
+    svc = client.app[SERVICES]
+    backend = svc.backends["nsjail"]
+    await backend.wait_settled()  # type: ignore[attr-defined]
+    wanted = svc.settings.backend_settings("nsjail").warm_pool_size  # type: ignore[attr-defined]
+    text = await (await client.get("/metrics")).text()
+    ready = sample(text, "execgate_sandbox_pool_ready", backend="nsjail")
+    assert wanted > 0 and ready == len(backend.ready_sandboxes) == wanted  # type: ignore[attr-defined]
 
 
 async def test_names_are_prefixed_and_in_base_units(client: TestClient) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.proxy_intercept import (
+    _MISSING,
     AmbiguousPath,
     answer,
     checked_path,
@@ -37,7 +38,9 @@ def test_pointers() -> None:
     assert get_pointer(doc, "/a/b~1c/1/~0k") == "v"
     assert get_pointer(doc, "/a/b~1c/0") == 10
     assert get_pointer(doc, "") == doc
-    assert get_pointer(doc, "/a/missing") is not doc  # the missing marker
+    assert get_pointer(doc, "/a/missing") is _MISSING
+    assert get_pointer(doc, "/a/b~1c/5") is _MISSING  # past the end of a list
+    assert get_pointer({"a": None}, "/a") is None  # present, if null: not missing
     assert set_pointer({}, "/x/y", 1) == {"x": {"y": 1}}
     assert set_pointer({"x": 5}, "/x/y", 1) == {"x": {"y": 1}}
 

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from gateway.keys import load_or_create_dev_secret
+from gateway.keys import KeyConfigError, load_or_create_dev_secret
 from gateway.settings import AuthSettings, SettingsError
 from gateway.tokens import AuthError, TokenVerifier, mint_token
 
@@ -68,8 +68,9 @@ async def test_verifier_generates_dev_key_on_first_start(tmp_path: Path) -> None
 def test_short_operator_secret_refused(tmp_path: Path) -> None:
     path = tmp_path / "short.key"
     path.write_bytes(b"too-short\n")
-    with pytest.raises(Exception, match="shorter than 32"):
+    with pytest.raises(KeyConfigError, match="shorter than 32"):
         load_or_create_dev_secret(path)
+    assert path.read_bytes() == b"too-short\n"  # refused, not replaced
 
 
 async def test_hs256_can_be_disabled(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from gateway.appkeys import SERVICES
 from gateway.settings import Settings
 from tests.gateway.conftest import audit_records, auth
 from tests.gateway.console.conftest import HOSTILE, hold, origin, sign_in
+from tests.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -121,10 +122,17 @@ async def test_decisions_need_the_csrf_token_and_our_origin(
         url, data={**form, "csrf": csrf}, headers=origin(gateway), allow_redirects=False
     )
     assert resp.status == 303
-    state = await (
-        await gateway.get(f"/v1/approvals/{held['approval_id']}", headers=approver)
-    ).json()
-    assert state["status"] in ("approved", "executed") and state["approver"] == "bob"
+
+    async def state_now() -> dict[str, object]:
+        url = f"/v1/approvals/{held['approval_id']}"
+        return await (await gateway.get(url, headers=approver)).json()  # type: ignore[no-any-return]
+
+    # Approved, then run by the desk: the state ends at executed, by bob's decision.
+    async def executed() -> bool:
+        return (await state_now())["status"] == "executed"
+
+    await until(executed, what="the approved execution ran")
+    assert (await state_now())["approver"] == "bob"
     decided = [r for r in audit_records(settings) if r["type"] == "approval.decided"]
     assert decided[-1]["via"] == "console" and decided[-1]["approver"] == "bob"
 

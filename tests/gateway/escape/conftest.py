@@ -23,14 +23,6 @@ def escape_state_dir() -> Iterator[Path]:
 
 
 @pytest.fixture
-def canary_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="execgate-escape-canary-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
 def escape_nsjail_settings(escape_state_dir: Path) -> NsjailSettings:
     require_root()
     # A uid of this test process's own: the residue check sees only our sandboxes.

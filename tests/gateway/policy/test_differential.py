@@ -1,11 +1,17 @@
 """Differential check: embedded rego-cpp and a real OPA server decide alike.
 
-Hypothesis generates varied policy inputs around the shipped policy's rules,
-valid and odd (missing sections, odd scopes and claims, limits as strings,
-negatives, fractions and huge numbers, malformed egress, unknown features,
-half-present approvals); each goes through both engines' APIs, and any
-difference fails with the input printed. Both engines are started once, on
-one event loop owned by this module (hypothesis drives a synchronous test).
+Hypothesis generates varied policy inputs around the shipped policy's rules, in
+three kinds drawn alike: well-formed requests a tenant's data allows (limits,
+tiers, egress on the allowlist, approvals presented), the same with what needs a
+human (native code, a feature or language the tenant holds for approval), and
+odd ones (missing sections, odd scopes and claims, limits as strings, negatives,
+fractions and huge numbers, malformed egress, unknown features, half-present
+approvals). Each goes through both engines' APIs, and any difference fails with
+the input printed. Allows, holds and denials are each a real share of what was
+compared (printed, and held above a floor that follows from the kinds' equal
+odds), so obligations and approval sections are compared too, not only denials.
+Both engines are started once, on one event loop owned by this module
+(hypothesis drives a synchronous test).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +37,12 @@ from tests.policies.opa_server import POLICIES, OpaServer
 EXAMPLES = int(os.environ.get("EXECGATE_DIFF_EXAMPLES", "600"))
 
 LIMIT_KEYS = ["timeout_s", "memory_mb", "cpus", "pids", "disk_mb", "output_bytes"]
+# Drawn alike: well-formed and allowed, well-formed and held, odd (mostly denied).
+KINDS = ["allow", "hold", "odd"]
+# Each decision's share of the examples stays above this: a third of the draws
+# aims at it (odd inputs are nearly all denials), less what hypothesis's own
+# choice of examples and the odd allow or hold take away.
+FLOOR = 0.15
 texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 numbers = st.one_of(
     st.integers(-5, 5000),
@@ -98,8 +111,71 @@ approvals = st.fixed_dictionaries(
 )
 
 
+# The shipped tenant data (policies/tenants/data.json), as far as the well-formed
+# kinds need it: each tenant's languages, egress allowlist, what it holds for
+# approval and what it blocks.
+TENANTS: dict[str, dict[str, Any]] = {
+    "acme": {"languages": ["python", "bash", "javascript"], "hold": ["native_code"],
+             "egress": ["api.example.com:443", "x.example.org:443", "10.0.0.1:8080",
+                        "[2001:db8::1]:53", "API.Example.COM:443"]},
+    "initech": {"languages": ["python"], "hold": ["native_code", "subprocess"],
+                "hold_languages": ["bash"], "egress": []},
+    "umbrella": {"languages": ["python", "bash", "javascript"], "hold": ["native_code"],
+                 "egress": []},
+    "default": {"languages": ["python", "bash", "javascript"], "hold": ["native_code"],
+                "egress": []},
+}  # fmt: skip
+positive = st.one_of(
+    st.integers(1, 5000), st.floats(0.1, 4096, allow_nan=False).map(lambda x: round(x, 2))
+)
+sane_limits = st.dictionaries(st.sampled_from(LIMIT_KEYS), positive, max_size=6)
+
+
+@st.composite
+def well_formed(draw: st.DrawFn, hold: bool) -> dict[str, Any]:
+    """A request the tenant's data allows; with `hold`, one it holds for a human."""
+    doc = base_input()
+    tenant = draw(st.sampled_from(sorted(TENANTS)))
+    data = TENANTS[tenant]
+    held_languages = data.get("hold_languages", [])
+    if hold and held_languages and draw(st.booleans()):
+        language = draw(st.sampled_from(held_languages))
+        held_features: list[str] = []
+    else:
+        language = draw(st.sampled_from(data["languages"]))
+        held_features = [draw(st.sampled_from(data["hold"]))] if hold else []
+    doc["tenant"]["id"] = tenant
+    doc["tenant"]["languages"] = sorted({language, *draw(st.lists(languages, max_size=2))})
+    doc["tenant"]["ceilings"] = draw(st.dictionaries(st.sampled_from(LIMIT_KEYS), positive))
+    egress = draw(st.lists(st.sampled_from(data["egress"]), max_size=3)) if data["egress"] else []
+    doc["subject"]["scopes"] = [f"exec:{language}", *(["net:egress"] if egress else []),
+                                *draw(st.lists(st.sampled_from(["exec:bash", "admin:x"]),
+                                               max_size=2))]  # fmt: skip
+    doc["subject"]["claims"] = draw(
+        st.fixed_dictionaries({}, optional={"tier": st.sampled_from(["free", "pro", "gold"])})
+    )
+    doc["execution"]["language"] = language
+    doc["execution"]["limits"] = draw(sane_limits)
+    doc["execution"]["egress"] = egress
+    native = "native_code" in held_features
+    doc["analysis"] = {
+        "parsed": True,
+        "imports": ["cffi"] if native else draw(st.lists(st.sampled_from(["json", "math"]))),
+        "calls": ["print"],
+        "features": sorted({*held_features, *draw(st.lists(st.sampled_from(["dynamic_code"])))}),
+    }
+    # Approved code runs without a hold; a held request may carry a token that
+    # does not cover this code.
+    present = draw(st.booleans())
+    doc["approval"] = {"present": present, "code_sha256_match": present and not hold}
+    return doc
+
+
 @st.composite
 def policy_inputs(draw: st.DrawFn) -> dict[str, Any]:
+    kind = draw(st.sampled_from(KINDS))
+    if kind != "odd":
+        return draw(well_formed(hold=kind == "hold"))
     doc = base_input()
     doc["tenant"]["id"] = draw(tenants)
     doc["tenant"]["languages"] = draw(st.lists(languages, max_size=4))
@@ -177,13 +253,34 @@ def engines(opa_server: OpaServer) -> Iterator[Engines]:
     built.close()
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(doc=policy_inputs())
-def test_engines_agree(engines: Engines, doc: dict[str, Any]) -> None:
-    embedded, opa = engines.decide(doc)
-    assert embedded == opa, "engines disagree on input:\n" + json.dumps(doc, ensure_ascii=False)
+def outcome(value: Any) -> str:
+    if not isinstance(value, dict):
+        return "error"
+    if value.get("allow") is True:
+        return "allow"
+    return "hold" if value.get("require_approval") is True else "deny"
+
+
+def test_engines_agree(engines: Engines, capsys: pytest.CaptureFixture[str]) -> None:
+    mix: Counter[str] = Counter()
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    @given(doc=policy_inputs())
+    def agree(doc: dict[str, Any]) -> None:
+        embedded, opa = engines.decide(doc)
+        assert embedded == opa, "engines disagree on input:\n" + json.dumps(doc, ensure_ascii=False)
+        mix[outcome(embedded)] += 1
+
+    agree()
+    total = sum(mix.values())
+    with capsys.disabled():
+        print(f"\npolicy differential: {total} inputs, " + ", ".join(
+            f"{k} {mix[k]} ({mix[k] / total:.0%})" for k in ("allow", "hold", "deny", "error")
+        ))  # fmt: skip
+    for kind in ("allow", "hold", "deny"):
+        assert mix[kind] >= FLOOR * total, mix

@@ -25,6 +25,8 @@ from gateway.tokens import mint_token
 from tests.gateway.conftest import audit_records, auth, make_settings
 from tests.policies.opa_server import POLICIES, OpaServer, free_port
 
+pytestmark = pytest.mark.integration  # drives a real nsjail
+
 RUN = {"language": "python", "code": "print(1)"}
 
 Start = Callable[..., Awaitable[tuple[Settings, TestClient]]]

@@ -12,7 +12,10 @@ import pytest
 from gateway.approvals import Approval, ApprovalError
 from gateway.state.redis_approvals import RedisApprovalStore
 from gateway.state.redis_state import RedisState
+from tests.gateway.test_approvals import assert_one_winner
 from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.integration  # drives a real Redis
 
 
 def approval(i: str = "apr_1", ttl: float = 60, tenant: str = "acme") -> Approval:
@@ -63,11 +66,13 @@ async def test_one_decision_wins_across_replicas(replicas: list[RedisApprovalSto
         b.decide("apr_1", "deny", "carol", "no"),
         return_exceptions=True,
     )
-    winners = [r for r in results if isinstance(r, tuple)]
-    losers = [r for r in results if isinstance(r, ApprovalError)]
-    assert len(winners) == 1 and len(losers) == 1 and losers[0].kind == "conflict"
-    decided = winners[0][0]
-    assert decided.decided_at and decided.approver in ("bob", "carol")
+    decided = assert_one_winner(results)
+    assert decided.decided_at
+    # Both replicas read the winner's decision.
+    for replica in (a, b):
+        stored = await replica.get("apr_1")
+        assert stored is not None
+        assert (stored.status, stored.approver) == (decided.status, decided.approver)
     word = {"approved": "approve", "denied": "deny"}[decided.status]
     again, changed = await b.decide("apr_1", word, "x", "")
     assert changed is False and again.status == decided.status

@@ -6,12 +6,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
 from gateway.settings import load_settings
 from tests.gateway.state.gateways import gateway_env, token
 from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.integration  # drives a real Redis
 
 BODY = {"language": "python", "code": "print(1)"}
 

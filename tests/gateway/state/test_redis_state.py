@@ -14,6 +14,8 @@ from gateway.state.memory import MemoryState
 from gateway.state.redis_state import RedisState
 from tests.redis_server import RedisServer
 
+pytestmark = pytest.mark.integration  # drives a real Redis
+
 LIMITS = TenantSettings(rate_per_s=1000, burst=1000, max_concurrent=1)
 
 
