@@ -8,25 +8,16 @@ Makefile builds ($EXECGATE_OPA_BIN, `make opa`).
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from gateway.policy.opa_build import find_opa_binary
 from gateway.policy.opa_local import REPO, LocalOpa
 
 # Decisions per engine measurement: the floor, enough for a stable p99.
 DECISIONS = 5000
 POLICIES = REPO / "policies"
-
-
-def find_opa_binary() -> str:
-    pinned = Path.home() / ".cache" / "execgate" / "opa" / "v1.22.4" / "opa"
-    for candidate in (os.environ.get("EXECGATE_OPA_BIN"), str(pinned), shutil.which("opa")):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    raise RuntimeError("no OPA binary: run `make opa` (or set EXECGATE_OPA_BIN)")
 
 
 @asynccontextmanager

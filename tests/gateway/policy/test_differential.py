@@ -1,10 +1,11 @@
-"""Differential check: embedded rego-cpp and a real OPA server decide alike.
+"""Differential check: the embedded engines and a real OPA server decide alike.
 
 Hypothesis generates varied policy inputs around the shipped policy's rules,
 valid and odd (missing sections, odd scopes and claims, limits as strings,
 negatives, fractions and huge numbers, malformed egress, unknown features,
-half-present approvals); each goes through both engines' APIs, and any
-difference fails with the input printed. Both engines are started once, on
+half-present approvals); each goes through every engine's API (the default
+embedded engine, OPA Wasm; rego-cpp; OPA), and any difference from OPA's answer
+fails with the input printed. The engines are started once, on
 one event loop owned by this module (hypothesis drives a synchronous test).
 """
 
@@ -20,11 +21,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.policy.base import PolicyEngineError
+from gateway.policy.base import PolicyEngine, PolicyEngineError
 from gateway.policy.embedded import EmbeddedEngine
 from gateway.policy.opa import OpaEngine
+from gateway.policy.wasm import WasmEngine
 from tests.policies.inputs import base_input
-from tests.policies.opa_server import POLICIES, OpaServer
+from tests.policies.opa_server import POLICIES, OpaServer, find_opa
 
 # At least 500 (the issue's floor); EXECGATE_DIFF_EXAMPLES=5000 for a longer hunt.
 EXAMPLES = int(os.environ.get("EXECGATE_DIFF_EXAMPLES", "600"))
@@ -135,24 +137,26 @@ def policy_inputs(draw: st.DrawFn) -> dict[str, Any]:
 class Engines:
     def __init__(self, server: OpaServer) -> None:
         self.loop = asyncio.new_event_loop()
-        self.embedded = EmbeddedEngine(POLICIES, timeout_ms=10_000)
+        self.wasm = WasmEngine(POLICIES, timeout_ms=10_000, opa_bin=find_opa())
+        self.rego_cpp = EmbeddedEngine(POLICIES, timeout_ms=10_000)
         self.opa = OpaEngine(server.url, timeout_ms=10_000)
-        self.loop.run_until_complete(self.embedded.start())
-        self.loop.run_until_complete(self.opa.start())
+        for engine in (self.wasm, self.rego_cpp, self.opa):
+            self.loop.run_until_complete(engine.start())
 
-    def decide(self, doc: dict[str, Any]) -> tuple[Any, Any]:
-        async def both() -> tuple[Any, Any]:
-            return await asyncio.gather(_value(self.embedded, doc), _value(self.opa, doc))
+    def decide(self, doc: dict[str, Any]) -> list[Any]:
+        async def each() -> list[Any]:
+            engines = (self.wasm, self.rego_cpp, self.opa)
+            return list(await asyncio.gather(*(_value(engine, doc) for engine in engines)))
 
-        return self.loop.run_until_complete(both())
+        return self.loop.run_until_complete(each())
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.embedded.close())
-        self.loop.run_until_complete(self.opa.close())
+        for engine in (self.wasm, self.rego_cpp, self.opa):
+            self.loop.run_until_complete(engine.close())
         self.loop.close()
 
 
-async def _value(engine: EmbeddedEngine | OpaEngine, doc: dict[str, Any]) -> Any:
+async def _value(engine: PolicyEngine, doc: dict[str, Any]) -> Any:
     """The decision with `deny` and `monitor` in the order the gateway puts them.
 
     rego-cpp orders strings by their JSON-escaped text, so lists of reasons that
@@ -184,5 +188,7 @@ def engines(opa_server: OpaServer) -> Iterator[Engines]:
 )
 @given(doc=policy_inputs())
 def test_engines_agree(engines: Engines, doc: dict[str, Any]) -> None:
-    embedded, opa = engines.decide(doc)
-    assert embedded == opa, "engines disagree on input:\n" + json.dumps(doc, ensure_ascii=False)
+    wasm, rego_cpp, opa = engines.decide(doc)
+    shown = json.dumps(doc, ensure_ascii=False)
+    assert wasm == opa, "embedded (OPA Wasm) and OPA disagree on input:\n" + shown
+    assert rego_cpp == opa, "rego-cpp and OPA disagree on input:\n" + shown
