@@ -22,8 +22,13 @@ from gateway.policy.base import DECISION_PATH, PolicyEngineError
 from gateway.policy.sources import PolicySources
 
 OPA_VERSION = "v1.22.4"
-# Where `make opa` puts its build (the Makefile's OPA_DIR).
-CACHED_OPA = Path.home() / ".cache" / "execgate" / "opa" / OPA_VERSION / "opa"
+
+
+def cached_opa() -> Path:
+    """Where `make opa` puts its build (the Makefile's OPA_DIR)."""
+    return Path.home() / ".cache" / "execgate" / "opa" / OPA_VERSION / "opa"
+
+
 _BUILD_TIMEOUT_S = 120.0
 _ERROR_CHARS = 2000
 
@@ -45,7 +50,7 @@ def find_opa_binary(configured: str = "") -> str:
         ("EXECGATE_OPA_BIN", os.environ.get("EXECGATE_OPA_BIN", "")),
         ("policy.opa_bin", configured),
         ("PATH", shutil.which("opa") or ""),
-        ("cache", str(CACHED_OPA)),
+        ("cache", str(cached_opa())),
     ]
     for where, candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
@@ -82,6 +87,8 @@ async def build_wasm(opa_bin: str, sources: PolicySources) -> bytes:
             text = text.replace(f"{tree}/", f"{sources.root}/").replace(
                 str(tree), str(sources.root)
             )
+            if f'entrypoint "{DECISION_PATH}" does not refer to a rule' in text:
+                text = f"the policy in {sources.root} defines no data.execgate.decision rule"
             raise PolicyEngineError("invalid", text[:_ERROR_CHARS] or "`opa build` failed")
         return await asyncio.to_thread(_policy_wasm, out)
 

@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 MEMORY_LIMIT_MB = 256
 # Epoch ticks per deadline: an overrun is stopped between timeout and timeout * 1.1.
 _TICKS_PER_DEADLINE = 10
+# Compiling is off the request path: the start-up probe may take this many deadlines.
+_PROBE_DEADLINES = 10
 # Free memory kept above an input before evaluation, so small decisions never grow it.
 _HEAP_SLACK = 1 << 20
 
@@ -274,9 +276,9 @@ class WasmEngine:
             self.opa_bin = find_opa_binary(self._opa_bin_setting)
         sources = await asyncio.to_thread(load_sources, self._path)
         wasm = await build_wasm(self.opa_bin, sources)
-        policy = await asyncio.to_thread(self._load, wasm, sources)
         if self._ticker is None:
             self._ticker = _Ticker(self._wasm_engine, self._timeout_ms / 1000 / _TICKS_PER_DEADLINE)
+        policy = await asyncio.to_thread(self._load, wasm, sources)
         self._policy, self._revision_of_policy = policy, sources.revision
         self.revision = sources.revision
         log.info(
@@ -292,9 +294,16 @@ class WasmEngine:
         except wasmtime.WasmtimeError as exc:
             raise PolicyEngineError("invalid", f"compiled policy does not load: {exc}") from None
         policy = WasmPolicy(self._wasm_engine, module, sources.data)
-        # Errors that do not depend on the input show at start-up, not on a request.
+        # Errors that do not depend on the input show at start-up, not on a request;
+        # so does a policy that cannot decide a plain input within its deadlines.
         try:
-            policy.evaluate(PROBE_INPUT, 2**40)
+            policy.evaluate(PROBE_INPUT, _PROBE_DEADLINES * _TICKS_PER_DEADLINE)
+        except _Interrupted:
+            raise PolicyEngineError(
+                "invalid",
+                f"the policy decided no probe input within "
+                f"{_PROBE_DEADLINES} x {self._timeout_ms} ms",
+            ) from None
         except PolicyEngineError as exc:
             if "undefined" not in exc.message:
                 raise
