@@ -299,7 +299,10 @@ class WasmEngine:
         config.epoch_interruption = True
         # wasmtime's own on-disk cache of compiled modules (keyed by module and
         # compiler settings): a restart or an unchanged reload skips Cranelift (~1 s).
-        config.cache = True
+        try:
+            config.cache = True
+        except wasmtime.WasmtimeError as exc:  # no usable cache: compile every time
+            log.warning("wasmtime's compilation cache is unavailable: %s", exc)
         self._wasm_engine = wasmtime.Engine(config)
         self._policy: WasmPolicy | None = None
         self._revision_of_policy = ""
