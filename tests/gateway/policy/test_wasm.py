@@ -210,3 +210,12 @@ async def test_compiled_revision_is_the_reported_one(tmp_path: Path, opa_bin: st
         assert answer.value == {"v": 1} and answer.revision == engine.revision
     finally:
         await engine.close()
+
+
+async def test_public_call_path_decides_the_same(shipped: WasmEngine) -> None:
+    # The prepared C call falls back to wasmtime-py's public call on another layout.
+    fast = (await shipped.decide(base_input())).value
+    policy = shipped._policy
+    assert policy is not None and policy._eval._fast
+    policy._eval._fast = False
+    assert (await shipped.decide(base_input())).value == fast
