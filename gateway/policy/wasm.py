@@ -123,12 +123,10 @@ class WasmPolicy:
         store.set_limits(memory_size=MEMORY_LIMIT_MB * 1024 * 1024)
         store.set_epoch_deadline(2**62)  # no deadline while setting up
         imports: list[Any] = []
-        memory_type = None
         for imp in self._module.imports:
             if imp.name == "memory":
-                memory_type = imp.type
-                assert isinstance(memory_type, wasmtime.MemoryType)
-                self._memory = wasmtime.Memory(store, memory_type)
+                assert isinstance(imp.type, wasmtime.MemoryType)
+                self._memory = wasmtime.Memory(store, imp.type)
                 imports.append(self._memory)
             elif imp.name == "opa_abort":
                 imports.append(wasmtime.Func(store, imp.type, self._abort))  # type: ignore[arg-type]
@@ -147,7 +145,6 @@ class WasmPolicy:
         self._json_dump = fn("opa_json_dump")
         self._value_dump = fn("opa_value_dump")
         self._heap_get = fn("opa_heap_ptr_get")
-        self._heap_set = fn("opa_heap_ptr_set")
         self._eval = _I32Call(store, fn("opa_eval"), 7)
         entrypoints = json.loads(self._dump_json(fn("entrypoints")(store)))
         if DECISION_PATH not in entrypoints:
