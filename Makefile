@@ -41,7 +41,8 @@ images:
 gateway-image: $(STAMP)
 	PYTHON=$(BIN)/python bash deploy/gateway/build.sh
 
-run: $(STAMP)
+# The embedded policy engine compiles policies/ with OPA (to Wasm), hence $(OPA).
+run: $(STAMP) $(OPA)
 	$(BIN)/execgate serve
 
 test: $(STAMP) $(OPA)

@@ -53,13 +53,17 @@ class StartupError(Exception):
 
 
 def make_engine(settings: Settings) -> PolicyEngine:
-    if settings.policy.engine == "embedded":
+    policy = settings.policy
+    if policy.engine == "embedded":
+        from gateway.policy.wasm import WasmEngine
+
+        return WasmEngine(Path(policy.path), timeout_ms=policy.timeout_ms, opa_bin=policy.opa_bin)
+    if policy.engine == "rego-cpp":
         from gateway.policy.embedded import EmbeddedEngine
 
-        return EmbeddedEngine(Path(settings.policy.path), timeout_ms=settings.policy.timeout_ms)
+        return EmbeddedEngine(Path(policy.path), timeout_ms=policy.timeout_ms)
     from gateway.policy.opa import OpaEngine
 
-    policy = settings.policy
     return OpaEngine(policy.opa_url, timeout_ms=policy.timeout_ms, bundle=policy.opa_bundle)
 
 
@@ -107,7 +111,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack) -> Services:
         backends=sorted(services.backends),
     )
     started.append(True)
-    if settings.policy.engine == "embedded" and settings.policy.reload_interval_s > 0:
+    if settings.policy.engine != "opa" and settings.policy.reload_interval_s > 0:
         from gateway.policy.reload import PolicyReloader
 
         reloader = PolicyReloader(

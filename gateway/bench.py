@@ -25,7 +25,8 @@ from gateway.appkeys import SERVICES
 from gateway.bench_docker import docker_bench, render_docker
 from gateway.bench_measure import percentiles, throughput, timed
 from gateway.context import new_id
-from gateway.policy.bench import DECISIONS, local_opa
+from gateway.policy.bench import DECISIONS, POLICIES, local_opa
+from gateway.policy.embedded import EmbeddedEngine
 from gateway.settings import Settings, load_settings
 
 PYTHON = "/usr/bin/python3"
@@ -164,6 +165,15 @@ async def run_bench(runs: int) -> dict[str, Any]:
             results["policy_embedded"] = percentiles(
                 await timed(lambda: svc_engine.decide(sample_input), max(DECISIONS, runs * 50))
             )
+        # The older in-process evaluator (policy.engine = "rego-cpp"), for comparison.
+        rego_cpp = EmbeddedEngine(POLICIES, timeout_ms=10_000)
+        await rego_cpp.start()
+        try:
+            results["policy_rego_cpp"] = percentiles(
+                await timed(lambda: rego_cpp.decide(sample_input), max(DECISIONS, runs * 50))
+            )
+        finally:
+            await rego_cpp.close()
 
         # The same two measurements with OPA as the policy engine.
         async with local_opa(root / "opa") as opa:
@@ -242,12 +252,15 @@ def render_table(results: dict[str, Any]) -> str:
         "gateway_noop",
         "gateway_noop_opa",
         "policy_embedded",
+        "policy_rego_cpp",
         "policy_opa",
     ):
-        r = results[key]
-        rows.append(
-            (key, str(r["n"]), f"{r['p50_ms']:.2f}", f"{r['p95_ms']:.2f}", f"{r['p99_ms']:.2f}")
-        )
+        r = results.get(key)
+        if r is None:  # a results file from before this row existed
+            continue
+        d = 3 if key.startswith("policy_") else 2  # decisions take tens of microseconds
+        cells = [f"{r[q]:.{d}f}" for q in ("p50_ms", "p95_ms", "p99_ms")]
+        rows.append((key, str(r["n"]), *cells))
     lines = [
         "  ".join(f"{c:<22}" if i == 0 else f"{c:>9}" for i, c in enumerate(row)) for row in rows
     ]

@@ -29,20 +29,35 @@ _SUFFIX_LANG = {
 def serve(args: argparse.Namespace, settings: Settings) -> int:
     from aiohttp import web
 
-    from gateway.app import create_app
+    from gateway.app import StartupError, create_app
+    from gateway.policy.base import PolicyEngineError
+    from gateway.policy.opa_build import OpaNotFound, find_opa_binary
 
+    if settings.policy.engine == "embedded":
+        # Before anything starts: no compiler, no policy, no gateway (fail closed). Not a
+        # fallback to rego-cpp: that is a different evaluator (README, "Policy engine").
+        try:
+            find_opa_binary(settings.policy.opa_bin)
+        except OpaNotFound as exc:
+            print(f"execgate: {exc.message}", file=sys.stderr)
+            return 2
     host = args.host or settings.server.host
     port = args.port if args.port is not None else settings.server.port
     # SIGTERM: the listener closes, running requests get shutdown_grace_s to finish, the
     # rest are cancelled (their sandboxes killed, audited), then services close.
-    web.run_app(
-        create_app(settings),
-        host=host,
-        port=port,
-        access_log=None,
-        print=None,
-        shutdown_timeout=settings.server.shutdown_grace_s,
-    )
+    try:
+        web.run_app(
+            create_app(settings),
+            host=host,
+            port=port,
+            access_log=None,
+            print=None,
+            shutdown_timeout=settings.server.shutdown_grace_s,
+        )
+    except (StartupError, PolicyEngineError) as exc:
+        # Audited as gateway.start_failed already; the operator needs the cause, not a trace.
+        print(f"execgate: the gateway did not start: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -67,13 +67,18 @@ class AuthSettings(Section):
 
 
 class PolicySettings(Section):
-    engine: Literal["embedded", "opa"] = "embedded"
+    # "embedded": OPA-compiled Wasm in-process; "rego-cpp": the older in-process
+    # evaluator (regopy); "opa": an OPA server at opa_url.
+    engine: Literal["embedded", "rego-cpp", "opa"] = "embedded"
     path: str = "policies"
+    # The OPA binary that compiles the policy for "embedded" (empty: $EXECGATE_OPA_BIN,
+    # then `opa` on PATH, then the one `make opa` builds).
+    opa_bin: str = ""
     opa_url: str = "http://127.0.0.1:8181"
     # The bundle (in OPA's configuration) whose revision names each OPA decision.
     opa_bundle: str = "execgate"
     timeout_ms: int = Field(200, gt=0)
-    # Embedded engine: how often `path` is checked for edits (0: never, restart to reload).
+    # Embedded engines: how often `path` is checked for edits (0: never, restart to reload).
     reload_interval_s: float = Field(2.0, ge=0)
     # Each decision's input (masked by policies/system/log.rego, as OPA's decision log
     # is) and verdict, kept for `execgate policy replay` / `policy eval --execution`.

@@ -36,15 +36,16 @@ view(inp, tenants) := {
 
 # A value as reasons show it. Reasons are assembled with concat, and no string
 # goes through sprintf: rego-cpp 1.5 wraps some strings in quotes there.
-# Numbers are shown only as whole numbers within 2^53 (format_int), since the
-# engines print other numbers differently (1e+06 and 1000000) and rego-cpp has
-# no format_int beyond 64 bits; composite values are named, not printed.
+# Numbers are shown only as whole numbers within 32 bits (format_int), since the
+# engines print other numbers differently (1e+06 and 1000000), OPA's Wasm
+# format_int aborts beyond 32 bits and rego-cpp's sprintf %d wraps there;
+# composite values are named, not printed.
 text(value) := value if {
 	is_string(value)
 } else := format_int(value, 10) if {
 	is_number(value)
-	value < 9007199254740992
-	value > -9007199254740992
+	value < 2147483648
+	value > -2147483648
 	value == floor(value)
 } else := "a non-integral or out-of-range number" if {
 	is_number(value)

@@ -10,13 +10,17 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-.venv/bin/python}
 BASE_IMAGE=${BASE_IMAGE:-$("$PYTHON" -c 'from backends.docker_image import default_image; print(default_image())')}
+# The embedded policy engine compiles policies/ with OPA: the image carries the binary.
+OPA_BIN=$("$PYTHON" -c 'from gateway.policy.opa_build import find_opa_binary; print(find_opa_binary())') \
+  || { echo "no OPA binary to put in the image: run 'make opa'" >&2; exit 1; }
 docker image inspect "$BASE_IMAGE" >/dev/null 2>&1 \
   || { echo "base image $BASE_IMAGE missing: run 'make images' (or set BASE_IMAGE)" >&2; exit 1; }
 
-TAG=execgate-gateway:$("$PYTHON" - "$BASE_IMAGE" <<'PY'
+TAG=execgate-gateway:$("$PYTHON" - "$BASE_IMAGE" "$OPA_BIN" <<'PY'
 import hashlib, subprocess, sys
 from pathlib import Path
 h = hashlib.sha256()
+h.update(Path(sys.argv[2]).read_bytes())
 h.update(subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", sys.argv[1]],
                         check=True, capture_output=True).stdout)
 roots = ["deploy/gateway/Dockerfile", "pyproject.toml", "deploy/execgate.toml",
@@ -59,6 +63,7 @@ if command -v apt-get >/dev/null; then
     || echo "apt-get download libatomic1 failed: the build will try the base's apt" >&2
 fi
 cp deploy/execgate.toml "$CTX/execgate.toml"
+cp "$OPA_BIN" "$CTX/opa"
 docker build --quiet --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$TAG" \
   -f deploy/gateway/Dockerfile "$CTX" >&2
 echo "$TAG"

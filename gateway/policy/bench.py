@@ -8,25 +8,17 @@ Makefile builds ($EXECGATE_OPA_BIN, `make opa`).
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from gateway.policy.opa_build import find_opa_binary
 from gateway.policy.opa_local import REPO, LocalOpa
 
 # Decisions per engine measurement: the issue's floor, enough for a stable p99.
 DECISIONS = 5000
 POLICIES = REPO / "policies"
-
-
-def find_opa_binary() -> str:
-    pinned = Path.home() / ".cache" / "execgate" / "opa" / "v1.22.4" / "opa"
-    for candidate in (os.environ.get("EXECGATE_OPA_BIN"), str(pinned), shutil.which("opa")):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    raise RuntimeError("no OPA binary: run `make opa` (or set EXECGATE_OPA_BIN)")
 
 
 @asynccontextmanager
@@ -37,3 +29,59 @@ async def local_opa(log_dir: Path) -> AsyncIterator[LocalOpa]:
         yield opa
     finally:
         await asyncio.to_thread(opa.stop)
+
+
+async def _engine_figures(decisions: int, log_dir: Path) -> dict[str, dict[str, float]]:
+    """p50/p99 per decision, in microseconds, of each engine on the shipped policy."""
+    from gateway.bench import _sample_input
+    from gateway.policy.base import PolicyEngine
+    from gateway.policy.embedded import EmbeddedEngine
+    from gateway.policy.opa import OpaEngine
+    from gateway.policy.wasm import WasmEngine
+
+    doc = _sample_input()
+    figures: dict[str, dict[str, float]] = {}
+
+    async def measure(name: str, engine: PolicyEngine) -> None:
+        await engine.start()
+        try:
+            for _ in range(50):
+                await engine.decide(doc)
+            samples = []
+            for _ in range(decisions):
+                t0 = time.perf_counter()
+                await engine.decide(doc)
+                samples.append(time.perf_counter() - t0)
+        finally:
+            await engine.close()
+        samples.sort()
+        figures[name] = {
+            "n": decisions,
+            "p50_us": round(samples[len(samples) // 2] * 1e6, 1),
+            "p99_us": round(samples[min(len(samples) - 1, int(0.99 * len(samples)))] * 1e6, 1),
+        }
+
+    await measure("embedded (OPA Wasm)", WasmEngine(POLICIES, timeout_ms=10_000))
+    await measure("rego-cpp", EmbeddedEngine(POLICIES, timeout_ms=10_000))
+    async with local_opa(log_dir) as opa:
+        await measure("OPA server (HTTP)", OpaEngine(opa.url, timeout_ms=10_000))
+    return figures
+
+
+def main() -> None:
+    """`python -m gateway.policy.bench [decisions]`: the three engines side by side."""
+    import json
+    import sys
+    import tempfile
+
+    decisions = int(sys.argv[1]) if len(sys.argv) > 1 else DECISIONS
+    with tempfile.TemporaryDirectory(prefix="execgate-policy-bench-") as tmp:
+        figures = asyncio.run(_engine_figures(decisions, Path(tmp)))
+    for name, row in figures.items():
+        p50, p99 = row["p50_us"], row["p99_us"]
+        print(f"{name:<22} n={row['n']:<6} p50 {p50:>8.1f} us  p99 {p99:>9.1f} us")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -71,7 +71,7 @@ async def test_broken_policy_file_stops_start_up_with_a_record(
         ('decision := "yes"', "policy_invalid"),
         ('decision := {"allow": true, "obligations": {"teleport": true}}', "policy_invalid"),
         ('decision := {"allow": input.nothing.here}', "policy_invalid"),
-        ("x := 1", "policy_invalid"),
+        ("decision := 1 if input.nothing", "policy_invalid"),
     ],
     ids=["not-an-object", "unknown-obligation", "undefined-field", "undefined-decision"],
 )
@@ -85,6 +85,14 @@ async def test_unusable_decision_runs_nothing(
     records = audit_records(settings)
     assert records[-1]["type"] == "request.rejected" and records[-1]["code"] == code
     assert no_execution(records)
+
+
+async def test_policy_without_a_decision_rule_stops_start_up(tmp_path: Path, gateway: Any) -> None:
+    # OPA will not compile an entrypoint that is no rule: refused before serving.
+    with pytest.raises(Exception, match=r"no data\.execgate\.decision rule"):
+        await gateway(EXECGATE_POLICY_PATH=str(policy_dir(tmp_path, "x := 1")))
+    records = audit_records(make_settings(tmp_path))
+    assert records[-1]["type"] == "gateway.start_failed"
 
 
 async def test_missing_backend_binary_stops_start_up(tmp_path: Path, gateway: Any) -> None:
@@ -122,3 +130,51 @@ async def test_backend_vanishing_at_run_time_is_503_and_recorded(
     assert records[-1]["code"] == "backend_unavailable"
     ready = await client.get("/readyz")
     assert ready.status == 503
+
+
+async def test_runaway_policy_is_stopped_at_the_deadline_and_the_next_request_runs(
+    tmp_path: Path, gateway: Any
+) -> None:
+    # Work grows with the program's size: print(1) decides in microseconds, a longer
+    # program sends the evaluation into a billion-step comprehension.
+    rego = (
+        "import rego.v1\n"
+        "n := input.execution.code_bytes * input.execution.code_bytes\n"
+        'decision := {"allow": count([x | some x in numbers.range(1, n)]) > 0}'
+    )
+    settings, client = await gateway(
+        EXECGATE_POLICY_PATH=str(policy_dir(tmp_path, rego)), EXECGATE_POLICY_TIMEOUT_MS="200"
+    )
+    runaway = {"language": "python", "code": "print(1)" + " " * 40_000}
+    resp = await client.post("/v1/executions", json=runaway, headers=auth(dev_token(settings)))
+    body = await resp.json()
+    assert resp.status == 503 and body["error"]["code"] == "policy_unavailable", body
+    assert "200 ms" in body["error"]["message"]
+    records = audit_records(settings)
+    assert records[-1]["type"] == "request.rejected"
+    assert records[-1]["code"] == "policy_unavailable"
+    assert no_execution(records)
+    # The engine was not wedged or left running anything: the next request runs.
+    resp = await client.post("/v1/executions", json=RUN, headers=auth(dev_token(settings)))
+    body = await resp.json()
+    assert resp.status == 200 and body["stdout"] == "1\n", body
+    assert (await client.get("/readyz")).status == 200
+
+
+def test_no_opa_to_compile_the_policy_stops_serve_with_what_to_run(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "EXECGATE_OPA_BIN": str(tmp_path / "absent-opa"),
+        "PATH": str(tmp_path),
+        "HOME": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--port", "0"],
+        env=env, capture_output=True, text=True, timeout=60, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "make opa" in done.stderr and "Traceback" not in done.stderr

@@ -1,4 +1,4 @@
-"""Both policy engines as fixtures: embedded rego-cpp and a real OPA server."""
+"""The policy engines as fixtures: embedded OPA Wasm, rego-cpp and a real OPA server."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from gateway.policy.base import PolicyEngine
 from gateway.policy.embedded import EmbeddedEngine
 from gateway.policy.opa import OpaEngine
+from gateway.policy.wasm import WasmEngine
 from tests.policies.opa_server import POLICIES, OpaServer, find_opa
 
 # Generous: a shared 2-core machine; tests about deadlines set their own.
@@ -44,11 +45,18 @@ def own_opa(opa_bin: str, tmp_path: Path) -> Iterator[Callable[[Path], OpaServer
         server.stop()
 
 
-@pytest.fixture(params=["embedded", "opa"])
+def embedded_engine(name: str, path: Path, timeout_ms: int = TIMEOUT_MS) -> PolicyEngine:
+    """policy.engine "embedded" (OPA Wasm) or "rego-cpp", over `path`."""
+    if name == "embedded":
+        return WasmEngine(path, timeout_ms=timeout_ms, opa_bin=find_opa())
+    return EmbeddedEngine(path, timeout_ms=timeout_ms)
+
+
+@pytest.fixture(params=["embedded", "rego-cpp", "opa"])
 async def engine(request: pytest.FixtureRequest) -> AsyncIterator[PolicyEngine]:
     """Each test using it runs once per engine, over the shipped policy."""
-    if request.param == "embedded":
-        built: PolicyEngine = EmbeddedEngine(POLICIES, timeout_ms=TIMEOUT_MS)
+    if request.param != "opa":
+        built: PolicyEngine = embedded_engine(request.param, POLICIES)
     else:
         server = request.getfixturevalue("opa_server")
         built = OpaEngine(server.url, timeout_ms=TIMEOUT_MS)

@@ -1,4 +1,4 @@
-"""Differential check: embedded rego-cpp and a real OPA server decide alike.
+"""Differential check: the embedded engines and a real OPA server decide alike.
 
 Hypothesis generates varied policy inputs around the shipped policy's rules, in
 three kinds drawn alike: well-formed requests a tenant's data allows (limits,
@@ -6,11 +6,12 @@ tiers, egress on the allowlist, approvals presented), the same with what needs a
 human (native code, a feature or language the tenant holds for approval), and
 odd ones (missing sections, odd scopes and claims, limits as strings, negatives,
 fractions and huge numbers, malformed egress, unknown features, half-present
-approvals). Each goes through both engines' APIs, and any difference fails with
-the input printed. Allows, holds and denials are each a real share of what was
+approvals). Each goes through every engine's API (the default embedded engine,
+OPA Wasm; rego-cpp; OPA), and any difference from OPA's answer fails with the
+input printed. Allows, holds and denials are each a real share of what was
 compared (printed, and held above a floor that follows from the kinds' equal
 odds), so obligations and approval sections are compared too, not only denials.
-Both engines are started once, on one event loop owned by this module
+The engines are started once, on one event loop owned by this module
 (hypothesis drives a synchronous test).
 """
 
@@ -27,11 +28,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.policy.base import PolicyEngineError
+from gateway.policy.base import PolicyEngine, PolicyEngineError
 from gateway.policy.embedded import EmbeddedEngine
 from gateway.policy.opa import OpaEngine
+from gateway.policy.wasm import WasmEngine
 from tests.policies.inputs import base_input
-from tests.policies.opa_server import POLICIES, OpaServer
+from tests.policies.opa_server import POLICIES, OpaServer, find_opa
 
 # At least 500 (the issue's floor); EXECGATE_DIFF_EXAMPLES=5000 for a longer hunt.
 EXAMPLES = int(os.environ.get("EXECGATE_DIFF_EXAMPLES", "600"))
@@ -46,7 +48,13 @@ FLOOR = 0.15
 texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 numbers = st.one_of(
     st.integers(-5, 5000),
-    st.sampled_from([0, -1, 1, 0.5, 1.5, 2**31, 2**53, 10**20, -(10**20), 1e-7, 123.456]),
+    st.sampled_from(
+        # 32-bit edges: OPA's Wasm format_int aborts beyond them, rego-cpp's %d wraps.
+        [
+            *(0, -1, 1, 0.5, 1.5, 2**31, 2**31 - 1, -(2**31), 2**32, 2**53),
+            *(10**20, -(10**20), 1e-7, 123.456),
+        ]
+    ),
     st.floats(-1e9, 1e9, allow_nan=False).map(lambda x: round(x, 3)),
 )
 odd_values = st.one_of(numbers, texts, st.booleans(), st.none(), st.just([]), st.just({}))
@@ -212,24 +220,26 @@ def policy_inputs(draw: st.DrawFn) -> dict[str, Any]:
 class Engines:
     def __init__(self, server: OpaServer) -> None:
         self.loop = asyncio.new_event_loop()
-        self.embedded = EmbeddedEngine(POLICIES, timeout_ms=10_000)
+        self.wasm = WasmEngine(POLICIES, timeout_ms=10_000, opa_bin=find_opa())
+        self.rego_cpp = EmbeddedEngine(POLICIES, timeout_ms=10_000)
         self.opa = OpaEngine(server.url, timeout_ms=10_000)
-        self.loop.run_until_complete(self.embedded.start())
-        self.loop.run_until_complete(self.opa.start())
+        for engine in (self.wasm, self.rego_cpp, self.opa):
+            self.loop.run_until_complete(engine.start())
 
-    def decide(self, doc: dict[str, Any]) -> tuple[Any, Any]:
-        async def both() -> tuple[Any, Any]:
-            return await asyncio.gather(_value(self.embedded, doc), _value(self.opa, doc))
+    def decide(self, doc: dict[str, Any]) -> list[Any]:
+        async def each() -> list[Any]:
+            engines = (self.wasm, self.rego_cpp, self.opa)
+            return list(await asyncio.gather(*(_value(engine, doc) for engine in engines)))
 
-        return self.loop.run_until_complete(both())
+        return self.loop.run_until_complete(each())
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.embedded.close())
-        self.loop.run_until_complete(self.opa.close())
+        for engine in (self.wasm, self.rego_cpp, self.opa):
+            self.loop.run_until_complete(engine.close())
         self.loop.close()
 
 
-async def _value(engine: EmbeddedEngine | OpaEngine, doc: dict[str, Any]) -> Any:
+async def _value(engine: PolicyEngine, doc: dict[str, Any]) -> Any:
     """The decision with `deny` and `monitor` in the order the gateway puts them.
 
     rego-cpp orders strings by their JSON-escaped text, so lists of reasons that
@@ -272,9 +282,11 @@ def test_engines_agree(engines: Engines, capsys: pytest.CaptureFixture[str]) -> 
     )
     @given(doc=policy_inputs())
     def agree(doc: dict[str, Any]) -> None:
-        embedded, opa = engines.decide(doc)
-        assert embedded == opa, "engines disagree on input:\n" + json.dumps(doc, ensure_ascii=False)
-        mix[outcome(embedded)] += 1
+        wasm, rego_cpp, opa = engines.decide(doc)
+        shown = json.dumps(doc, ensure_ascii=False)
+        assert wasm == opa, "embedded (OPA Wasm) and OPA disagree on input:\n" + shown
+        assert rego_cpp == opa, "rego-cpp and OPA disagree on input:\n" + shown
+        mix[outcome(opa)] += 1
 
     agree()
     total = sum(mix.values())

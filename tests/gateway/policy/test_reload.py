@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from gateway.audit import AuditLog
-from gateway.policy.embedded import EmbeddedEngine
+from gateway.policy.base import PolicyEngine
 from gateway.policy.opa import OpaEngine
 from gateway.policy.reload import PolicyReloader
 from gateway.policy.sources import fingerprint
-from tests.gateway.policy.conftest import TIMEOUT_MS, write_policy
+from tests.gateway.policy.conftest import TIMEOUT_MS, embedded_engine, write_policy
 from tests.policies.opa_server import OpaServer
 
 StartOpa = Callable[[Path], OpaServer]
@@ -46,17 +46,19 @@ def records(audit: AuditLog, type: str) -> list[dict[str, Any]]:
     return [r for r in map(json.loads, lines) if r["type"] == type]
 
 
-@pytest.fixture
-async def embedded(tmp_path: Path) -> AsyncIterator[tuple[EmbeddedEngine, Path]]:
+@pytest.fixture(params=["embedded", "rego-cpp"])
+async def embedded(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[PolicyEngine, Path]]:
     directory = write_policy(tmp_path / "policy", version(1))
-    engine = EmbeddedEngine(directory, timeout_ms=TIMEOUT_MS)
+    engine = embedded_engine(request.param, directory)
     await engine.start()
     yield engine, directory
     await engine.close()
 
 
 async def test_edit_is_compiled_and_audited(
-    embedded: tuple[EmbeddedEngine, Path], audit: AuditLog
+    embedded: tuple[PolicyEngine, Path], audit: AuditLog
 ) -> None:
     engine, directory = embedded
     reloader = PolicyReloader(engine, directory, audit, interval_s=60)
@@ -72,7 +74,7 @@ async def test_edit_is_compiled_and_audited(
 
 
 async def test_broken_edit_keeps_the_old_policy_and_says_so_once(
-    embedded: tuple[EmbeddedEngine, Path], audit: AuditLog, caplog: pytest.LogCaptureFixture
+    embedded: tuple[PolicyEngine, Path], audit: AuditLog, caplog: pytest.LogCaptureFixture
 ) -> None:
     engine, directory = embedded
     reloader = PolicyReloader(engine, directory, audit, interval_s=60)
@@ -85,7 +87,10 @@ async def test_broken_edit_keeps_the_old_policy_and_says_so_once(
     [failed] = records(audit, "policy.reload_failed")
     assert failed["revision"] == first
     assert failed["refused_revision"] == fingerprint(directory)
-    assert "policy.rego:2" in failed["error"] and "unclosed" in failed["error"]
+    # Each compiler in its words: rego-cpp "policy.rego:2: ... unclosed", OPA
+    # "policy.rego:3: rego_parse_error: unexpected eof token".
+    assert f"{directory / 'policy.rego'}:" in failed["error"]
+    assert "unclosed" in failed["error"] or "rego_parse_error" in failed["error"]
     assert "POLICY RELOAD FAILED" in caplog.text
     write_policy(directory, version(3))  # fixed: taken at once
     assert await reloader.check() is True
@@ -93,7 +98,7 @@ async def test_broken_edit_keeps_the_old_policy_and_says_so_once(
 
 
 async def test_vanished_directory_keeps_the_old_policy(
-    embedded: tuple[EmbeddedEngine, Path], audit: AuditLog
+    embedded: tuple[PolicyEngine, Path], audit: AuditLog
 ) -> None:
     engine, directory = embedded
     reloader = PolicyReloader(engine, directory, audit, interval_s=60)
@@ -106,7 +111,7 @@ async def test_vanished_directory_keeps_the_old_policy(
 
 
 async def test_reloader_polls_in_the_background(
-    embedded: tuple[EmbeddedEngine, Path], audit: AuditLog
+    embedded: tuple[PolicyEngine, Path], audit: AuditLog
 ) -> None:
     engine, directory = embedded
     reloader = PolicyReloader(engine, directory, audit, interval_s=0.05)
@@ -118,7 +123,7 @@ async def test_reloader_polls_in_the_background(
         await reloader.close()
 
 
-async def engine_value(engine: EmbeddedEngine | OpaEngine) -> Any:
+async def engine_value(engine: PolicyEngine) -> Any:
     return (await engine.decide({})).value
 
 
