@@ -55,6 +55,9 @@ _RETRY_PAUSE_S = 0.01
 _ERROR_DETAIL_CHARS = 300
 # How long a hash of OPA's loaded policy files names its decisions before it is re-read.
 FILES_REVISION_TTL_S = 5.0
+# Listing the modules sends their ASTs too (~400 KB for policies/): off the decision path,
+# so it gets more time than one decision.
+FILES_READ_TIMEOUT_S = 2.0
 UNVERSIONED = "unversioned"
 
 
@@ -147,8 +150,9 @@ class OpaEngine:
 
     async def _read_files_revision(self, session: aiohttp.ClientSession) -> str | None:
         """`opa-files:<sha256>` of OPA's modules (ids and source), None if it has none."""
+        read_timeout_s = max(self._timeout_s, FILES_READ_TIMEOUT_S)
         try:
-            async with asyncio.timeout(self._timeout_s):
+            async with asyncio.timeout(read_timeout_s):
                 async with session.get(f"{self._base}/v1/policies") as resp:
                     if resp.status != 200:
                         raise PolicyEngineError(
@@ -157,7 +161,8 @@ class OpaEngine:
                     body = await resp.json()
         except TimeoutError:
             raise PolicyEngineError(
-                "unavailable", f"OPA at {self._base} did not list its policies in {self._ms} ms"
+                "unavailable",
+                f"OPA at {self._base} did not list its policies in {read_timeout_s:g} s",
             ) from None
         except (aiohttp.ClientError, ValueError) as exc:
             raise PolicyEngineError("unavailable", f"OPA at {self._base}: {exc}") from None

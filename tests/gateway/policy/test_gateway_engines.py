@@ -80,7 +80,9 @@ async def test_opa_from_files_decides_and_readyz_says_how(
     """`opa run --server policies/` as OPA's docs start it: requests are decided (no
     503 policy_invalid), each record names the hash of OPA's files, /readyz explains."""
     settings, client = await gateway(
-        EXECGATE_POLICY_ENGINE="opa", EXECGATE_POLICY_OPA_URL=files_opa.url
+        EXECGATE_POLICY_ENGINE="opa",
+        EXECGATE_POLICY_OPA_URL=files_opa.url,
+        EXECGATE_POLICY_TIMEOUT_MS="10000",  # a loaded 2-core machine: no deadline under test
     )
     ready = await client.get("/readyz")
     assert ready.status == 200, await ready.text()

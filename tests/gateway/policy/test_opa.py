@@ -14,8 +14,10 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
 
 from gateway.policy.base import PolicyEngineError
 from gateway.policy.opa import OpaEngine
@@ -281,3 +283,33 @@ async def test_bundles_none_of_them_configured_are_refused(opa_server: OpaServer
         await engine.close()
     assert not ok and "policy.opa_bundle" in detail
     assert error.kind == "invalid" and "'other'" in error.message and "execgate" in error.message
+
+
+async def test_unbundled_answer_is_unversioned_while_opa_does_not_list_its_files(
+    aiohttp_server: Any,
+) -> None:
+    """A server that decides without bundles but cannot list its modules: the decision
+    still carries a name, `unversioned`, and readiness says why (a stand-in server: a
+    real OPA always lists them)."""
+
+    def reply(body: object, status: int = 200) -> Callable[[web.Request], Any]:
+        async def handle(_: web.Request) -> web.Response:
+            return web.json_response(body, status=status)
+
+        return handle
+
+    app = web.Application()
+    app.router.add_get("/health", reply({}))
+    app.router.add_get("/v1/data/system/bundles", reply({"result": {}}))
+    app.router.add_get("/v1/policies", reply({"code": "x"}, 500))
+    answer = {"result": {"allow": True}, "provenance": {"version": "1.22.4"}}
+    app.router.add_post("/v1/data/execgate/decision", reply(answer))
+    server = await aiohttp_server(app)
+    engine = await started(str(server.make_url("")))
+    try:
+        got = await engine.decide(base_input())
+        ok, detail = await engine.health()
+    finally:
+        await engine.close()
+    assert got.value == {"allow": True} and got.revision == "unversioned"
+    assert not ok and "/v1/policies 500" in detail
