@@ -15,18 +15,20 @@ export EXECGATE_OPA_BIN := $(OPA)
 # Prerequisites, checked once before any recipe runs, for the goals asked for: everything
 # missing is named with the package to install (deploy/require.sh), so a fresh machine
 # stops here and not with `command not found` inside a recipe. A target that depends on
-# $(OPA) adds $(NEEDS_OPA): Go is needed only while the binary is not built yet.
+# $(OPA) adds $(NEEDS_OPA): Go is needed only while the binary is not built, Python's venv
+# only while the virtualenv is not (or is older than pyproject.toml).
 NEEDS_OPA         := $(if $(wildcard $(OPA)),,go certs)
-NEEDS_venv        := python venv
-NEEDS_run         := python venv libs runtimes ip
-NEEDS_test        := python venv libs runtimes ip $(NEEDS_OPA)
+NEEDS_VENV        := $(if $(shell test $(STAMP) -nt pyproject.toml && echo fresh),,python venv)
+NEEDS_venv        := $(NEEDS_VENV)
+NEEDS_run         := $(NEEDS_VENV) libs runtimes ip
+NEEDS_test        := $(NEEDS_VENV) libs runtimes ip $(NEEDS_OPA)
 NEEDS_opa         := $(NEEDS_OPA)
-NEEDS_opa-run     := python venv $(NEEDS_OPA)
-NEEDS_bench       := python venv libs runtimes $(NEEDS_OPA)
-NEEDS_load        := python venv libs runtimes ip
-NEEDS_lint        := python venv
-NEEDS_fmt         := python venv
-NEEDS_gateway-image := python venv
+NEEDS_opa-run     := $(NEEDS_VENV) $(NEEDS_OPA)
+NEEDS_bench       := $(NEEDS_VENV) libs runtimes $(NEEDS_OPA)
+NEEDS_load        := $(NEEDS_VENV) libs runtimes ip
+NEEDS_lint        := $(NEEDS_VENV)
+NEEDS_fmt         := $(NEEDS_VENV)
+NEEDS_gateway-image := $(NEEDS_VENV)
 .DEFAULT_GOAL     := venv
 GOALS := $(or $(MAKECMDGOALS),$(.DEFAULT_GOAL))
 NEEDS := $(sort $(foreach goal,$(GOALS),$(NEEDS_$(goal))))
