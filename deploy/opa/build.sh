@@ -24,6 +24,9 @@ unset GOROOT
 
 say() { echo "make opa: $*" >&2; }
 
+# Run directly (not from make): the same prerequisite check and message.
+bash "$(dirname "$0")/../require.sh" opa go certs || exit 1
+
 # "1.26.0" -> 1260000-ish integer, comparable; "1.26" counts as 1.26.0, "1.21rc2" as 1.21.
 go_num() {
   local v="${1#go}" major minor patch
@@ -72,4 +75,6 @@ mkdir -p "$opa_dir"
 say "building OPA $version with $("$go_bin" env GOVERSION) into $opa_dir"
 GOTOOLCHAIN=local GOBIN="$opa_dir" GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod" \
   "$go_bin" install "github.com/open-policy-agent/opa@$version"
-"$opa_dir/opa" version | head -1
+# Not `| head -1`: under pipefail, OPA's SIGPIPE on its second line would fail the build.
+built="$("$opa_dir/opa" version)"
+say "built: ${built%%$'\n'*}"

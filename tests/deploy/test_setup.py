@@ -124,6 +124,18 @@ def test_every_missing_prerequisite_is_listed_at_once(tmp_path: Path) -> None:
     assert_named(result, "make test", "golang-go", "apt-get install python3")
 
 
+def test_build_script_run_directly_without_go_names_the_package(tmp_path: Path) -> None:
+    """A target that adds $(OPA) as a prerequisite but forgets $(NEEDS_OPA) still gets
+    the message: the build script checks too."""
+    env = clean_env(tmp_path / "home", path_without(tmp_path, ["go", "gofmt"]))
+    done = subprocess.run(
+        ["bash", "deploy/opa/build.sh", "v1.22.4", str(tmp_path / "opa"), str(tmp_path / "c")],
+        cwd=REPO, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert_named(done, "make opa", "apt-get install golang-go")
+    assert not (tmp_path / "opa").exists() and not (tmp_path / "c").exists()
+
+
 def test_require_script_refuses_an_unknown_prerequisite() -> None:
     done = subprocess.run(
         ["bash", "deploy/require.sh", "x", "nonsense"], cwd=REPO, capture_output=True, text=True
