@@ -4,11 +4,39 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The real OPA server, built from its Go module at a pinned v1 release (no prebuilt
-# binary can be downloaded here), cached outside the tree so clean clones reuse it.
+# binary can be downloaded here) with any distribution Go (deploy/opa/build.sh fetches
+# the Go that OPA's go.mod asks for), cached outside the tree so clean clones reuse it.
+CACHE_DIR   ?= $(HOME)/.cache/execgate
 OPA_VERSION ?= v1.22.4
-OPA_DIR     ?= $(HOME)/.cache/execgate/opa/$(OPA_VERSION)
+OPA_DIR     ?= $(CACHE_DIR)/opa/$(OPA_VERSION)
 OPA         := $(OPA_DIR)/opa
 export EXECGATE_OPA_BIN := $(OPA)
+
+# Prerequisites, checked once before any recipe runs, for the goals asked for: everything
+# missing is named with the package to install (deploy/require.sh), so a fresh machine
+# stops here and not with `command not found` inside a recipe. A target that depends on
+# $(OPA) adds $(NEEDS_OPA): Go is needed only while the binary is not built, Python's venv
+# only while the virtualenv is not (or is older than pyproject.toml).
+NEEDS_OPA         := $(if $(wildcard $(OPA)),,go certs)
+NEEDS_VENV        := $(if $(shell test $(STAMP) -nt pyproject.toml && echo fresh),,python venv)
+NEEDS_venv        := $(NEEDS_VENV)
+NEEDS_run         := $(NEEDS_VENV) libs runtimes ip
+NEEDS_test        := $(NEEDS_VENV) libs runtimes ip $(NEEDS_OPA)
+NEEDS_opa         := $(NEEDS_OPA)
+NEEDS_opa-run     := $(NEEDS_VENV) $(NEEDS_OPA)
+NEEDS_bench       := $(NEEDS_VENV) libs runtimes $(NEEDS_OPA)
+NEEDS_load        := $(NEEDS_VENV) libs runtimes ip
+NEEDS_lint        := $(NEEDS_VENV)
+NEEDS_fmt         := $(NEEDS_VENV)
+NEEDS_gateway-image := $(NEEDS_VENV)
+.DEFAULT_GOAL     := venv
+GOALS := $(or $(MAKECMDGOALS),$(.DEFAULT_GOAL))
+NEEDS := $(sort $(foreach goal,$(GOALS),$(NEEDS_$(goal))))
+ifneq ($(NEEDS),)
+ifneq ($(shell PYTHON='$(PYTHON)' bash deploy/require.sh '$(GOALS)' $(NEEDS) && echo ok),ok)
+$(error prerequisites missing, see above)
+endif
+endif
 
 .PHONY: run test lint fmt bench load venv opa opa-run images gateway-image clean
 
@@ -23,8 +51,7 @@ $(STAMP): pyproject.toml
 opa: $(OPA)
 
 $(OPA):
-	mkdir -p $(OPA_DIR)
-	GOBIN=$(OPA_DIR) GOFLAGS=-mod=mod go install github.com/open-policy-agent/opa@$(OPA_VERSION)
+	bash deploy/opa/build.sh $(OPA_VERSION) $(OPA_DIR) $(CACHE_DIR)
 
 # OPA on 127.0.0.1:8181 serving policies/ as a hot-reloaded bundle, decision logs in var/opa/.
 opa-run: $(STAMP) $(OPA)
@@ -51,7 +78,7 @@ test: $(STAMP) $(OPA)
 	$(OPA) check --strict policies
 	$(OPA) test -v policies
 	$(OPA) test --coverage --format=json policies | $(BIN)/python -c 'import json,sys; c=json.load(sys.stdin)["coverage"]; print(f"opa test coverage: {c:.1f}% (floor 90%)"); sys.exit(c < 90)'
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -rs
 
 lint: $(STAMP)
 	$(BIN)/ruff check gateway backends tests

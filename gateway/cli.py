@@ -24,9 +24,24 @@ def _parse_ttl(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30m, 1h)") from None
 
 
+CONFIG_HELP = "TOML config file (default: $EXECGATE_CONFIG); before or after the verb"
+
+
+def _config_after_verb(parser: argparse.ArgumentParser) -> None:
+    """Every verb reads the configuration, and the docs write `execgate serve --config
+    FILE` as often as `execgate --config FILE serve`: each subcommand, at every depth,
+    takes the flag too. SUPPRESS keeps a verb that was not given it from resetting the
+    value given before the verb; given in both places, the later one wins."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
+                _config_after_verb(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="execgate", description=__doc__)
-    parser.add_argument("--config", help="TOML config file (default: $EXECGATE_CONFIG)")
+    parser.add_argument("--config", help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the gateway")
@@ -114,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     escape = sub.add_parser("escape-test", help="run the escape suite against a backend")
     escape.add_argument("--backend", required=True, help="a configured backend name")
     escape.add_argument("--json", action="store_true", help="print the results as JSON")
+    _config_after_verb(parser)
     return parser
 
 

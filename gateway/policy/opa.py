@@ -21,14 +21,25 @@ so `policy.decided` records the policy that decided even while OPA activates a
 new bundle; OPA's `decision_id` (present when decision logging is on) becomes
 the gateway's decision id, so the two logs join.
 
+An OPA started the way OPA's docs start it, `opa run --server policies/`, has no
+bundle: its answers carry no revision. It decides too, and the revision is named
+for what it is: `opa-files:<sha256>` over the modules OPA reports
+(`GET /v1/policies`: ids and source; data documents are not in it), read at start,
+by each health check and again when older than `FILES_REVISION_TTL_S` (in the
+background: a decision within that time of an edit can carry the previous hash),
+or `unversioned` while OPA has not said. /readyz says so. An OPA whose answers name
+bundles, none of them `policy.opa_bundle`, is refused: the configuration is wrong.
+
 Why not `opa-python-client`: see the README ("Choosing the policy engine").
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
+import time
 from typing import Any
 
 import aiohttp
@@ -42,6 +53,12 @@ DEFAULT_BUNDLE = "execgate"
 _MAX_ATTEMPTS = 3
 _RETRY_PAUSE_S = 0.01
 _ERROR_DETAIL_CHARS = 300
+# How long a hash of OPA's loaded policy files names its decisions before it is re-read.
+FILES_REVISION_TTL_S = 5.0
+# Listing the modules sends their ASTs too (~400 KB for policies/): off the decision path,
+# so it gets more time than one decision.
+FILES_READ_TIMEOUT_S = 2.0
+UNVERSIONED = "unversioned"
 
 
 class OpaEngine:
@@ -56,6 +73,10 @@ class OpaEngine:
         self._closed = False
         # The revision of the latest answer or health check; "" until OPA has said.
         self.revision = ""
+        # Without a bundle: the hash of OPA's loaded modules, when it was read, the refresh.
+        self._files_revision: str | None = None
+        self._files_read_at = float("-inf")
+        self._files_refresh: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Open the connection pool. OPA need not be up yet: /readyz waits for it."""
@@ -105,13 +126,80 @@ class OpaEngine:
         except (aiohttp.ClientError, ValueError) as exc:
             return False, f"OPA at {self._base} unreachable: {exc}"
         revision = _manifest_revision(bundles, self._bundle)
-        if revision is None:
-            return False, f"OPA at {self._base} has no bundle {self._bundle!r} activated"
-        self.revision = revision
-        return True, f"OPA at {self._base}, bundle {self._bundle} revision {revision[:12]}"
+        if revision is not None:
+            self.revision = revision
+            return True, f"OPA at {self._base}, bundle {self._bundle} revision {revision[:12]}"
+        if isinstance(bundles, dict) and bundles:
+            return False, (
+                f"OPA at {self._base} has no bundle {self._bundle!r} activated"
+                f" (it has {', '.join(sorted(bundles))}): check policy.opa_bundle"
+            )
+        try:
+            files_revision = await self._read_files_revision(session)
+        except PolicyEngineError as exc:
+            return False, exc.message
+        if files_revision is None:
+            return False, f"OPA at {self._base} has no bundle and no policy modules loaded"
+        self.revision = files_revision
+        return True, (
+            f"OPA at {self._base} has no bundle (policy.opa_bundle = {self._bundle!r}): it"
+            f" decides from the files it loaded; revision {files_revision[:22]} is a hash of"
+            f" the modules it reports (GET /v1/policies, re-read every"
+            f" {FILES_REVISION_TTL_S:g} s; data documents not included), not a bundle revision"
+        )
+
+    async def _read_files_revision(self, session: aiohttp.ClientSession) -> str | None:
+        """`opa-files:<sha256>` of OPA's modules (ids and source), None if it has none."""
+        read_timeout_s = max(self._timeout_s, FILES_READ_TIMEOUT_S)
+        try:
+            async with asyncio.timeout(read_timeout_s):
+                async with session.get(f"{self._base}/v1/policies") as resp:
+                    if resp.status != 200:
+                        raise PolicyEngineError(
+                            "unavailable", f"OPA at {self._base}: /v1/policies {resp.status}"
+                        )
+                    body = await resp.json()
+        except TimeoutError:
+            raise PolicyEngineError(
+                "unavailable",
+                f"OPA at {self._base} did not list its policies in {read_timeout_s:g} s",
+            ) from None
+        except (aiohttp.ClientError, ValueError) as exc:
+            raise PolicyEngineError("unavailable", f"OPA at {self._base}: {exc}") from None
+        modules = body.get("result") if isinstance(body, dict) else None
+        if not isinstance(modules, list):
+            raise PolicyEngineError("invalid", "OPA's /v1/policies is not a list of modules")
+        pairs = sorted(
+            (str(m.get("id", "")), str(m.get("raw", ""))) for m in modules if isinstance(m, dict)
+        )
+        self._files_read_at = time.monotonic()
+        if not pairs:
+            self._files_revision = None
+            return None
+        canonical = json.dumps(pairs, ensure_ascii=False, separators=(",", ":"))
+        digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+        self._files_revision = f"opa-files:{digest}"
+        return self._files_revision
+
+    def _unbundled_revision(self) -> str:
+        """The files' hash for an answer without a bundle, refreshed off the request path."""
+        stale = time.monotonic() - self._files_read_at > FILES_REVISION_TTL_S
+        if stale and (self._files_refresh is None or self._files_refresh.done()):
+            self._files_refresh = asyncio.get_running_loop().create_task(self._refresh_files())
+        return self._files_revision or UNVERSIONED
+
+    async def _refresh_files(self) -> None:
+        try:
+            await self._read_files_revision(self._usable_session())
+        except PolicyEngineError as exc:
+            # Keep naming the last hash read: a decision came from OPA all the same.
+            log.warning("could not re-read OPA's policy modules: %s", exc.message)
 
     async def close(self) -> None:
         self._closed = True
+        if self._files_refresh is not None:
+            self._files_refresh.cancel()
+            await asyncio.gather(self._files_refresh, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -167,12 +255,18 @@ class OpaEngine:
             raise PolicyEngineError(
                 "invalid", f"data.execgate.decision is {json_kind(value)}, not an object"
             )
-        revision = _provenance_revision(answer.get("provenance"), self._bundle)
+        provenance = answer.get("provenance")
+        revision = _provenance_revision(provenance, self._bundle)
         if revision is None:
-            # Without it no record could say which policy decided: refuse.
-            raise PolicyEngineError(
-                "invalid", f"OPA decided without an activated bundle {self._bundle!r}"
-            )
+            bundles = provenance.get("bundles") if isinstance(provenance, dict) else None
+            if isinstance(bundles, dict) and bundles:
+                # Bundles, none of them the configured one: which of them decided is unknown.
+                raise PolicyEngineError(
+                    "invalid",
+                    f"OPA decided without an activated bundle {self._bundle!r}"
+                    f" (it has {', '.join(sorted(bundles))}): check policy.opa_bundle",
+                )
+            revision = self._unbundled_revision()
         self.revision = revision
         decision_id = answer.get("decision_id")
         return EngineAnswer(value, revision, decision_id if isinstance(decision_id, str) else None)

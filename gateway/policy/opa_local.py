@@ -3,7 +3,9 @@
 Starts what deploy/opa/run.sh starts, on loopback ports of its own: the bundle
 server over a policy directory and the OPA binary with deploy/opa/config.yaml
 (so that file is exercised wherever this runs), then waits for OPA's
-`/health?bundles=true`. Blocking (subprocess and urllib); from async code call
+`/health?bundles=true`. With `files=True` it starts OPA the way OPA's docs do
+instead, `opa run --server --watch DIR`: policies loaded from files, no bundle,
+no configuration. Blocking (subprocess and urllib); from async code call
 `start` in a thread. Needs a source checkout (it reads deploy/opa/config.yaml).
 """
 
@@ -33,12 +35,19 @@ class LocalOpa:
     """`opa run --server` fed by `gateway.policy.bundle_server` over `policy_dir`."""
 
     def __init__(
-        self, opa: str, policy_dir: Path, log_dir: Path, *, interval_s: float = 0.2
+        self,
+        opa: str,
+        policy_dir: Path,
+        log_dir: Path,
+        *,
+        interval_s: float = 0.2,
+        files: bool = False,
     ) -> None:
         self.opa = opa
         self.policy_dir = policy_dir
         self.log_dir = log_dir
         self.interval_s = interval_s
+        self.files = files
         self.url = ""
         self._procs: list[subprocess.Popen[bytes]] = []
         self._opa_argv: list[str] = []
@@ -49,6 +58,8 @@ class LocalOpa:
 
     def start(self, timeout_s: float = 30.0) -> LocalOpa:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        if self.files:
+            return self._start_from_files(timeout_s)
         with (self.log_dir / "bundle_server.log").open("ab") as bundle_log:
             bundle = subprocess.Popen(
                 [sys.executable, "-m", "gateway.policy.bundle_server",
@@ -73,6 +84,17 @@ class LocalOpa:
             # Edits should show quickly here: poll the bundle every second.
             "--set", "bundles.execgate.polling.min_delay_seconds=1",
             "--set", "bundles.execgate.polling.max_delay_seconds=1",
+        ]  # fmt: skip
+        self._spawn_opa()
+        self._wait_ready(timeout_s)
+        return self
+
+    def _start_from_files(self, timeout_s: float) -> LocalOpa:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self._opa_argv = [
+            self.opa, "run", "--server", "--addr", f"127.0.0.1:{port}",
+            "--skip-version-check", "--log-format", "json", "--watch", str(self.policy_dir),
         ]  # fmt: skip
         self._spawn_opa()
         self._wait_ready(timeout_s)

@@ -30,13 +30,22 @@ def opa_server(opa_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def files_opa(opa_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpaServer]:
+    """OPA started the way its docs start it, `opa run --server policies/`: no bundle."""
+    server = OpaServer(opa_bin, POLICIES, tmp_path_factory.mktemp("opa-files"), files=True).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def own_opa(opa_bin: str, tmp_path: Path) -> Iterator[Callable[[Path], OpaServer]]:
     """Start an OPA of the test's own over a policy directory; stopped afterwards."""
     servers: list[OpaServer] = []
 
-    def start(policy_dir: Path) -> OpaServer:
-        server = OpaServer(opa_bin, policy_dir, tmp_path / f"opa-{len(servers)}")
+    def start(policy_dir: Path, *, files: bool = False) -> OpaServer:
+        """`files=True`: `opa run --server --watch DIR`, as OPA's docs start it (no bundle)."""
+        server = OpaServer(opa_bin, policy_dir, tmp_path / f"opa-{len(servers)}", files=files)
         servers.append(server)
         return server.start()
 

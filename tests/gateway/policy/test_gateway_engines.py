@@ -76,6 +76,29 @@ async def test_opa_decision_id_joins_both_logs(gateway: Start, opa_server: OpaSe
     assert opa_server.logged_decision(error["decision_id"])["result"]["allow"] is False
 
 
+async def test_opa_from_files_decides_and_readyz_says_how(
+    gateway: Start, files_opa: OpaServer
+) -> None:
+    """`opa run --server policies/` as OPA's docs start it: requests are decided (no
+    503 policy_invalid), each record names the hash of OPA's files, /readyz explains."""
+    settings, client = await gateway(
+        EXECGATE_POLICY_ENGINE="opa",
+        EXECGATE_POLICY_OPA_URL=files_opa.url,
+        EXECGATE_POLICY_TIMEOUT_MS="10000",  # a loaded 2-core machine: no deadline under test
+    )
+    ready = await client.get("/readyz")
+    assert ready.status == 200, await ready.text()
+    detail = (await ready.json())["checks"]["policy"]["detail"]
+    assert "no bundle" in detail and "opa-files:" in detail
+    resp = await client.post("/v1/executions", json=RUN, headers=auth(token(settings)))
+    assert resp.status == 200, await resp.text()
+    denied = {**RUN, "network": {"egress": ["evil.example:443"]}}
+    refused = await client.post("/v1/executions", json=denied, headers=auth(token(settings)))
+    assert refused.status == 403, await refused.text()
+    revisions = {r["policy_revision"] for r in decided(settings)}
+    assert len(revisions) == 1 and revisions.pop().startswith("opa-files:")
+
+
 async def test_embedded_decision_id_is_ours(gateway: Start) -> None:
     settings, client = await gateway()
     resp = await client.post("/v1/executions", json=RUN, headers=auth(token(settings)))

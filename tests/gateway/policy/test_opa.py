@@ -8,17 +8,23 @@ use a bare socket server.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
 
 from gateway.policy.base import PolicyEngineError
 from gateway.policy.opa import OpaEngine
+from gateway.policy.rego import CompiledPolicy
+from gateway.policy.sources import fingerprint, load_sources
 from tests.gateway.policy.conftest import TIMEOUT_MS, write_policy
 from tests.policies.inputs import base_input
-from tests.policies.opa_server import OpaServer, find_opa, free_port
+from tests.policies.opa_server import POLICIES, OpaServer, free_port
 from tests.waiting import HUNG_S, until
 
 StartOpa = Callable[[Path], OpaServer]
@@ -195,26 +201,122 @@ async def test_dropped_connection_is_retried_once_safely() -> None:
     assert seen == 2
 
 
-async def test_answer_without_bundle_revision_is_refused(tmp_path: Path) -> None:
-    """An OPA that decides from plain files (no bundle) cannot say which policy decided."""
-    port = free_port()
-    write_policy(tmp_path / "p", 'package execgate\nimport rego.v1\ndecision := {"allow": true}\n')
-    proc = await asyncio.create_subprocess_exec(
-        find_opa(), "run", "--server", "--addr", f"127.0.0.1:{port}", "--skip-version-check",
-        str(tmp_path / "p"),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    engine = OpaEngine(f"http://127.0.0.1:{port}", timeout_ms=2000)
+def files_revision(server: OpaServer) -> str:
+    """The hash computed here from what OPA lists, independently of the engine."""
+    with urllib.request.urlopen(f"{server.url}/v1/policies", timeout=5) as resp:
+        modules = json.loads(resp.read())["result"]
+    pairs = sorted([m["id"], m["raw"]] for m in modules)
+    canonical = json.dumps(pairs, ensure_ascii=False, separators=(",", ":"))
+    return "opa-files:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+async def test_opa_started_from_files_decides_and_names_its_files(files_opa: OpaServer) -> None:
+    """`opa run --server policies/` (no bundle service): decisions, honestly labelled."""
+    engine = await started(files_opa.url)
     try:
-        await engine.start()
-        for _ in range(200):  # until OPA listens
-            error = await decide_error(engine)
-            if error.kind == "invalid":
-                break
-            await asyncio.sleep(0.05)
-        assert error.kind == "invalid" and "bundle" in error.message
-        assert (await engine.health())[0] is False
+        ok, detail = await engine.health()
+        answer = await engine.decide(base_input())
     finally:
         await engine.close()
-        proc.kill()
-        await proc.wait()
+    assert ok, detail
+    assert "no bundle" in detail and "not a bundle revision" in detail
+    expected = CompiledPolicy(load_sources(POLICIES)).evaluate(base_input())
+    assert answer.value == expected
+    assert answer.revision == files_revision(files_opa)
+    assert answer.revision != fingerprint(POLICIES)  # not passed off as the bundle's
+
+
+async def test_files_revision_follows_an_edit(tmp_path: Path, own_opa: StartOpa) -> None:
+    policy = write_policy(tmp_path / "p", 'package execgate\ndecision := {"allow": true}\n')
+    server = own_opa(policy, files=True)
+    engine = await started(server.url)
+    try:
+        first = await engine.decide(base_input())
+        write_policy(policy, 'package execgate\ndecision := {"allow": false}\n')
+        for _ in range(600):  # OPA's --watch, then the engine's re-read: a bound for a hang
+            answer = await engine.decide(base_input())
+            if answer.value == {"allow": False} and answer.revision != first.revision:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await engine.close()
+    assert first.value == {"allow": True} and first.revision.startswith("opa-files:")
+    assert answer.value == {"allow": False}
+    assert answer.revision == files_revision(server) != first.revision
+
+
+@pytest.mark.parametrize(
+    ("rego", "expected"),
+    [
+        ('other := {"allow": true}', "undefined"),
+        ('decision := "allow"', "a string, not an object"),
+        ("decision := 1 if input.request\ndecision := 2 if input.request", "conflict"),
+    ],
+    ids=["undefined", "string", "conflict"],
+)
+async def test_files_opa_still_fails_closed(
+    tmp_path: Path, own_opa: StartOpa, rego: str, expected: str
+) -> None:
+    server = own_opa(write_policy(tmp_path / "p", f"package execgate\n{rego}\n"), files=True)
+    engine = await started(server.url)
+    try:
+        error = await decide_error(engine)
+    finally:
+        await engine.close()
+    assert error.kind == "invalid" and expected in error.message
+
+
+async def test_files_opa_with_no_policy_is_not_ready(tmp_path: Path, own_opa: StartOpa) -> None:
+    (tmp_path / "empty").mkdir()
+    server = own_opa(tmp_path / "empty", files=True)
+    engine = await started(server.url)
+    try:
+        ok, detail = await engine.health()
+        error = await decide_error(engine)
+    finally:
+        await engine.close()
+    assert not ok and "no policy modules" in detail
+    assert error.kind == "invalid" and "undefined" in error.message
+
+
+async def test_bundles_none_of_them_configured_are_refused(opa_server: OpaServer) -> None:
+    """OPA has bundles but not policy.opa_bundle: a misconfiguration, not file mode."""
+    engine = OpaEngine(opa_server.url, timeout_ms=TIMEOUT_MS, bundle="other")
+    await engine.start()
+    try:
+        ok, detail = await engine.health()
+        error = await decide_error(engine)
+    finally:
+        await engine.close()
+    assert not ok and "policy.opa_bundle" in detail
+    assert error.kind == "invalid" and "'other'" in error.message and "execgate" in error.message
+
+
+async def test_unbundled_answer_is_unversioned_while_opa_does_not_list_its_files(
+    aiohttp_server: Any,
+) -> None:
+    """A server that decides without bundles but cannot list its modules: the decision
+    still carries a name, `unversioned`, and readiness says why (a stand-in server: a
+    real OPA always lists them)."""
+
+    def reply(body: object, status: int = 200) -> Callable[[web.Request], Any]:
+        async def handle(_: web.Request) -> web.Response:
+            return web.json_response(body, status=status)
+
+        return handle
+
+    app = web.Application()
+    app.router.add_get("/health", reply({}))
+    app.router.add_get("/v1/data/system/bundles", reply({"result": {}}))
+    app.router.add_get("/v1/policies", reply({"code": "x"}, 500))
+    answer = {"result": {"allow": True}, "provenance": {"version": "1.22.4"}}
+    app.router.add_post("/v1/data/execgate/decision", reply(answer))
+    server = await aiohttp_server(app)
+    engine = await started(str(server.make_url("")))
+    try:
+        got = await engine.decide(base_input())
+        ok, detail = await engine.health()
+    finally:
+        await engine.close()
+    assert got.value == {"allow": True} and got.revision == "unversioned"
+    assert not ok and "/v1/policies 500" in detail
