@@ -48,6 +48,10 @@ SPEC_LINES = [
     "execgate audit tail",
     "execgate escape-test --backend B --json",
     "execgate bench",
+    "execgate policy eval FILE --policy DIR",
+    "execgate policy eval --execution ID --policy DIR",
+    "execgate policy replay --policy DIR --since 24h --tenant T --json",
+    "execgate policy replay --config F --policy DIR",
 ]
 # A synopsis's placeholder for a typed option value, replaced by a sample of that type.
 TYPED_SAMPLES = {"--port": "9000", "--runs": "1", "--requests": "1", "--concurrency": "1"}
@@ -173,6 +177,10 @@ def _required_args(parser: argparse.ArgumentParser) -> list[str]:
             argv.append(sample)
         elif action.option_strings and action.required:
             argv += [action.option_strings[0], sample]
+    for group in parser._mutually_exclusive_groups:
+        if group.required:  # one of them must be given: the first
+            first = group._group_actions[0]
+            argv += [first.option_strings[0], "x"] if first.option_strings else ["x"]
     return argv
 
 
