@@ -25,7 +25,7 @@ from gateway.appkeys import SERVICES
 from gateway.bench_docker import docker_bench, render_docker
 from gateway.bench_measure import percentiles, throughput, timed
 from gateway.context import new_id
-from gateway.policy.bench import DECISIONS, POLICIES, local_opa
+from gateway.policy.bench import DECISIONS, POLICIES, local_opa, sample_input
 from gateway.policy.embedded import EmbeddedEngine
 from gateway.settings import Settings, load_settings
 
@@ -161,16 +161,16 @@ async def run_bench(runs: int) -> dict[str, Any]:
                 await throughput(gw.execute, c, runs * 10) for c in (1, 4, 16)
             ]
             svc_engine = gw.services.engine
-            sample_input = _sample_input()
+            doc = sample_input()
             results["policy_embedded"] = percentiles(
-                await timed(lambda: svc_engine.decide(sample_input), max(DECISIONS, runs * 50))
+                await timed(lambda: svc_engine.decide(doc), max(DECISIONS, runs * 50))
             )
         # The older in-process evaluator (policy.engine = "rego-cpp"), for comparison.
         rego_cpp = EmbeddedEngine(POLICIES, timeout_ms=10_000)
         await rego_cpp.start()
         try:
             results["policy_rego_cpp"] = percentiles(
-                await timed(lambda: rego_cpp.decide(sample_input), max(DECISIONS, runs * 50))
+                await timed(lambda: rego_cpp.decide(doc), max(DECISIONS, runs * 50))
             )
         finally:
             await rego_cpp.close()
@@ -182,7 +182,7 @@ async def run_bench(runs: int) -> dict[str, Any]:
                 results["gateway_noop_opa"] = percentiles(await timed(gw.execute, runs * 5))
                 svc_engine = gw.services.engine
                 results["policy_opa"] = percentiles(
-                    await timed(lambda: svc_engine.decide(sample_input), max(DECISIONS, runs * 50))
+                    await timed(lambda: svc_engine.decide(doc), max(DECISIONS, runs * 50))
                 )
 
     bare_p50 = results["bare_python"]["p50_ms"]
@@ -201,45 +201,6 @@ async def docker_side_by_side(runs: int) -> dict[str, Any]:
     """`docker run --rm` against the docker backends, cold and pooled (runc, runsc);
     skipped, saying why, where there is no engine or no sandbox image."""
     return await docker_bench(runs)
-
-
-def _sample_input() -> dict[str, Any]:
-    return {
-        "version": "execgate.input/v1",
-        "request": {
-            "id": "req_bench",
-            "time": "2026-01-01T00:00:00Z",
-            "ingress": "rest",
-            "tool_name": "run_code",
-            "source_ip": "127.0.0.1",
-        },
-        "subject": {"sub": "bench", "tenant": "bench", "scopes": ["exec:python"], "claims": {}},
-        "tenant": {
-            "id": "bench",
-            "languages": ["python"],
-            "ceilings": {
-                "timeout_s": 30,
-                "memory_mb": 512,
-                "cpus": 1,
-                "pids": 64,
-                "disk_mb": 64,
-                "output_bytes": 1048576,
-            },
-            "usage": {"concurrent": 0, "cpu_s_last_hour": 0},
-        },
-        "execution": {
-            "language": "python",
-            "code": CODE,
-            "code_sha256": "0" * 64,
-            "code_bytes": len(CODE),
-            "files": [],
-            "limits": {},
-            "egress": [],
-            "backend": "nsjail",
-        },
-        "analysis": {"parsed": True, "imports": [], "calls": ["print"], "features": []},
-        "approval": {"present": False},
-    }
 
 
 def render_table(results: dict[str, Any]) -> str:

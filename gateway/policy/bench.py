@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from gateway.policy.opa_build import find_opa_binary
 from gateway.policy.opa_local import REPO, LocalOpa
@@ -19,6 +20,46 @@ from gateway.policy.opa_local import REPO, LocalOpa
 # Decisions per engine measurement: the issue's floor, enough for a stable p99.
 DECISIONS = 5000
 POLICIES = REPO / "policies"
+
+
+def sample_input() -> dict[str, Any]:
+    """A policy input of the benchmark's own request: print(1) in python."""
+    return {
+        "version": "execgate.input/v1",
+        "request": {
+            "id": "req_bench",
+            "time": "2026-01-01T00:00:00Z",
+            "ingress": "rest",
+            "tool_name": "run_code",
+            "source_ip": "127.0.0.1",
+        },
+        "subject": {"sub": "bench", "tenant": "bench", "scopes": ["exec:python"], "claims": {}},
+        "tenant": {
+            "id": "bench",
+            "languages": ["python"],
+            "ceilings": {
+                "timeout_s": 30,
+                "memory_mb": 512,
+                "cpus": 1,
+                "pids": 64,
+                "disk_mb": 64,
+                "output_bytes": 1048576,
+            },
+            "usage": {"concurrent": 0, "cpu_s_last_hour": 0},
+        },
+        "execution": {
+            "language": "python",
+            "code": "print(1)",
+            "code_sha256": "0" * 64,
+            "code_bytes": len("print(1)"),
+            "files": [],
+            "limits": {},
+            "egress": [],
+            "backend": "nsjail",
+        },
+        "analysis": {"parsed": True, "imports": [], "calls": ["print"], "features": []},
+        "approval": {"present": False},
+    }
 
 
 @asynccontextmanager
@@ -33,13 +74,12 @@ async def local_opa(log_dir: Path) -> AsyncIterator[LocalOpa]:
 
 async def _engine_figures(decisions: int, log_dir: Path) -> dict[str, dict[str, float]]:
     """p50/p99 per decision, in microseconds, of each engine on the shipped policy."""
-    from gateway.bench import _sample_input
     from gateway.policy.base import PolicyEngine
     from gateway.policy.embedded import EmbeddedEngine
     from gateway.policy.opa import OpaEngine
     from gateway.policy.wasm import WasmEngine
 
-    doc = _sample_input()
+    doc = sample_input()
     figures: dict[str, dict[str, float]] = {}
 
     async def measure(name: str, engine: PolicyEngine) -> None:
