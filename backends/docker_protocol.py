@@ -25,6 +25,7 @@ from typing import Any
 
 from backends.base import OutputFile
 from backends.workspace import WorkspaceError, checked_relative
+from gateway.json_codec import loads
 
 MUX_HEADER = 8
 FRAME_HEADER = 5
@@ -150,7 +151,7 @@ class FrameReader:
                 got.skipped.append(payload[:300].decode("utf-8", errors="replace"))
         elif kind == b"X":
             try:
-                report = json.loads(payload)
+                report = loads(payload, where="exit report")
             except ValueError as exc:
                 raise ProtocolError(f"exit report is not JSON: {exc}") from None
             if not isinstance(report, dict):

@@ -7,8 +7,6 @@ callback secret (Standard Webhooks). Nobody approves their own request.
 
 from __future__ import annotations
 
-import json
-
 from aiohttp import web
 from pydantic import ValidationError
 
@@ -16,8 +14,10 @@ from gateway import errors
 from gateway.appkeys import SERVICES
 from gateway.approval_desk import ApprovalDesk, principal_may_read
 from gateway.approvals import Approval, ApprovalError
+from gateway.decoders import read_json
 from gateway.errors import GatewayError, invalid_field
 from gateway.ingress.rest import authenticated, read_body
+from gateway.json_codec import json_response
 from gateway.models import DecisionRequest, format_validation_errors
 from gateway.services import Services
 from gateway.tokens import Principal
@@ -49,7 +49,7 @@ async def list_approvals(request: web.Request) -> web.Response:
     if not 1 <= limit <= 1000:
         raise invalid_field("limit", "must be between 1 and 1000")
     approvals = await svc.approvals.store.list(status=status, tenant=tenant, limit=limit)
-    return web.json_response({"approvals": [a.public() for a in approvals]})
+    return json_response({"approvals": [a.public() for a in approvals]})
 
 
 @routes.get("/v1/approvals/{approval_id}")
@@ -59,7 +59,7 @@ async def get_approval(request: web.Request) -> web.Response:
     approval = await svc.approvals.store.get(request.match_info["approval_id"])
     if approval is None or not principal_may_read(principal, approval):
         raise GatewayError(errors.NOT_FOUND, "no such approval")
-    return web.json_response(approval.public())
+    return json_response(approval.public())
 
 
 @routes.post("/v1/approvals/{approval_id}/decision")
@@ -93,7 +93,7 @@ async def decide(request: web.Request) -> web.Response:
     if token is not None:
         answer["approval_token"] = token
         answer["run_held"] = svc.settings.approvals.run_held
-    return web.json_response(answer)
+    return json_response(answer)
 
 
 async def decide_as(
@@ -128,10 +128,9 @@ async def _settle(
 
 
 def _parse(body: bytes) -> DecisionRequest:
+    data = read_json(body or b"null")
     try:
-        return DecisionRequest.model_validate(json.loads(body or b"null"))
-    except ValueError as exc:
-        if isinstance(exc, ValidationError):
-            fields = format_validation_errors(exc.errors())
-            raise GatewayError(errors.INVALID_REQUEST, "invalid decision", fields=fields) from None
-        raise invalid_field("body", f"malformed JSON: {exc}") from None
+        return DecisionRequest.model_validate(data)
+    except ValidationError as exc:
+        fields = format_validation_errors(exc.errors())
+        raise GatewayError(errors.INVALID_REQUEST, "invalid decision", fields=fields) from None

@@ -11,6 +11,7 @@ from gateway.appkeys import PIPELINE, SERVICES
 from gateway.context import ExecContext, new_id
 from gateway.decoders import decode_json_body
 from gateway.errors import GatewayError, invalid_field
+from gateway.json_codec import json_response
 from gateway.stages.auth import verify_bearer
 from gateway.tokens import Principal
 
@@ -52,10 +53,10 @@ async def create_execution(request: web.Request) -> web.Response:
     body = await read_body(request)
     ctx = await request.app[PIPELINE].run(new_context(request, "rest", body))
     if ctx.held is not None:
-        return web.json_response(held_body(ctx), status=202)
+        return json_response(held_body(ctx), status=202)
     record = await request.app[SERVICES].store.get(ctx.execution_id)
     assert record is not None and record["result"] is not None
-    return web.json_response(record["result"])
+    return json_response(record["result"])
 
 
 def held_body(ctx: ExecContext) -> dict[str, object]:
@@ -80,7 +81,7 @@ async def get_execution(request: web.Request) -> web.Response:
     # Another tenant's execution is indistinguishable from a missing one.
     if record is None or record["tenant"] != principal.tenant:
         raise GatewayError(errors.NOT_FOUND, "no such execution")
-    return web.json_response(record)
+    return json_response(record)
 
 
 async def authenticated(request: web.Request, ingress: str = "rest") -> Principal:

@@ -29,6 +29,7 @@ from regopy.rego_shared import (
     rego_output_string,
 )
 
+from gateway.json_codec import loads
 from gateway.policy.base import DECISION_PATH, PolicyEngineError
 from gateway.policy.sources import PolicySources
 
@@ -141,7 +142,7 @@ def _parse_output(text: str) -> Any:
             "invalid", "policy evaluation failed: " + ("; ".join(messages) or text[:200])
         )
     try:
-        parsed = json.loads(text)
+        parsed = loads(text, where="policy output")
     except ValueError:
         raise PolicyEngineError("invalid", "policy engine produced malformed output") from None
     results = parsed if isinstance(parsed, list) else [parsed]
