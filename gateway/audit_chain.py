@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from dataclasses import dataclass
 from os import PathLike
@@ -66,46 +65,25 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 def canonical_json(record: dict[str, Any]) -> bytes:
     """Canonical UTF-8 JSON of `record` (the caller removes `hash` first when hashing).
 
-    The definition is the stdlib call below. orjson writes the very same bytes (keys
-    sorted by code point, compact, UTF-8, the same escapes and shortest floats) for the
-    values `_orjson_exact` admits, about ten times faster; anything else (a float under
-    1e-4, which the stdlib writes `1e-05` and orjson `0.00001`, an integer beyond 64 bits,
-    a subclass, a lone surrogate) takes the stdlib. tests/gateway/test_audit_canonical.py
-    compares the two on a corpus."""
-    if _orjson_exact(record):
-        try:
-            return orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
-        except TypeError:
-            pass  # the stdlib raises its own error, as it always has
+    The definition is the stdlib call below; `record` holds plain JSON values (the
+    writer's come from audit_values.jsonable, a verified line's from decode_line:
+    neither lets NaN or Infinity through). orjson writes the very same bytes (keys
+    sorted by code point, compact, UTF-8, the same escapes, the same shortest floats)
+    several times faster, except for a float under 1e-4, which the stdlib writes as
+    `1e-05` and orjson as `0.00001` or `1e-7`: an orjson text with `e-` or `0.0000`
+    anywhere (a string may hold them too: then the check merely costs a second
+    encoding) is encoded again by the stdlib. What orjson refuses (an integer beyond
+    64 bits, a lone surrogate, a non-string key) takes the stdlib, which writes or
+    refuses it as it always has. tests/gateway/test_audit_canonical.py compares both."""
+    try:
+        out = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        out = b"e-"
+    if b"e-" not in out and b"0.0000" not in out:
+        return out
     return json.dumps(
         record, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode("utf-8")
-
-
-_INT_RANGE = range(-(2**63), 2**64)
-
-
-def _orjson_exact(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        kind = type(node)
-        if kind is dict:
-            for key, item in node.items():
-                if type(key) is not str:
-                    return False
-                stack.append(item)
-        elif kind is list:
-            stack.extend(node)
-        elif kind is float:
-            if not (node == 0.0 or 1e-4 <= abs(node) < math.inf):
-                return False
-        elif kind is int:
-            if node not in _INT_RANGE:
-                return False
-        elif kind is not str and kind is not bool and node is not None:
-            return False
-    return True
 
 
 def record_hash(prev_hash: str, record: dict[str, Any]) -> str:
