@@ -143,8 +143,10 @@ def _parse_output(text: str) -> Any:
         )
     try:
         parsed = loads(text, where="policy output")
-    except ValueError:
-        raise PolicyEngineError("invalid", "policy engine produced malformed output") from None
+    except ValueError as exc:
+        raise PolicyEngineError(
+            "invalid", f"policy engine produced unreadable output: {exc}"
+        ) from None
     results = parsed if isinstance(parsed, list) else [parsed]
     if len(results) != 1 or not isinstance(results[0], dict):
         raise PolicyEngineError("invalid", "data.execgate.decision has more than one value")
