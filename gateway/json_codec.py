@@ -13,8 +13,8 @@ answers of OPA, an MCP upstream and a JWKS endpoint. The rules (THREAT_MODEL.md,
 
 Fast path (all of it in C but a walk that deep documents alone need): orjson parses
 (its own recursion cap is 1024 levels). A document cannot nest deeper than it has
-`[` and `{` bytes, so only one with more than `max_depth` of them is walked for its
-depth. A duplicate key is invisible in the parsed value (orjson keeps the last one)
+`[` and `{` bytes, so a short one with no more than `max_depth` of them is not walked
+for its depth. A duplicate key is invisible in the parsed value (orjson keeps the last one)
 but not in a count: in a valid JSON text each `:` outside a string separates exactly
 one member, and a `:` inside a string is literal or the escape `\\u003a`. orjson
 writes every member's `:` and every string's colon literally, so when the text holds
@@ -35,6 +35,7 @@ import orjson
 from aiohttp import web
 
 MAX_DEPTH = 64
+_COUNT_BELOW = 16 * 1024
 _ESCAPED_COLON = re.compile(rb"\\u003[aA]")
 
 
@@ -70,7 +71,10 @@ def loads(
         if "depth limit" in str(exc) or "recursion" in str(exc):
             raise JsonError(where, f"nested deeper than {max_depth} levels") from None
         raise JsonError(where, f"malformed JSON: {exc}") from None
-    if raw.count(b"[") + raw.count(b"{") > max_depth and _depth(value, max_depth) > max_depth:
+    # A short text cannot nest deeper than its brackets (two C scans); a long one is
+    # walked, which costs per container rather than per byte.
+    deep_enough = len(raw) > _COUNT_BELOW or raw.count(b"[") + raw.count(b"{") > max_depth
+    if deep_enough and _depth(value, max_depth) > max_depth:
         raise JsonError(where, f"nested deeper than {max_depth} levels")
     if raw.count(b":") != orjson.dumps(value).count(b":") or (
         b"\\" in raw and _ESCAPED_COLON.search(raw)  # memchr first: most texts skip the regex
