@@ -152,8 +152,8 @@ class FrameReader:
                 got.skipped.append(payload[:300].decode("utf-8", errors="replace"))
         elif kind == b"X":
             try:
-                report = json.loads(payload)
-            except ValueError as exc:
+                report = json.loads(payload, object_pairs_hook=_one_of_each_key)
+            except (ValueError, RecursionError) as exc:
                 raise ProtocolError(f"exit report is not JSON: {exc}") from None
             if not isinstance(report, dict):
                 raise ProtocolError("exit report is not an object")
@@ -206,3 +206,12 @@ class FrameReader:
         if self._buf and self.got.report is None:
             self.cut = True
         return self.got
+
+
+def _one_of_each_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The exit report is untrusted (it comes out of the sandbox): a key given twice
+    is refused, never read two ways."""
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("duplicate object key")
+    return dict(pairs)

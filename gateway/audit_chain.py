@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
+import orjson
+
 # Readers live in audit_read; re-exported so `audit_chain` is the one public name.
 from gateway.audit_read import decode_line, query, tail
 
@@ -61,7 +63,24 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def canonical_json(record: dict[str, Any]) -> bytes:
-    """Canonical UTF-8 JSON of `record` (the caller removes `hash` first when hashing)."""
+    """Canonical UTF-8 JSON of `record` (the caller removes `hash` first when hashing).
+
+    The definition is the stdlib call below; `record` holds plain JSON values (the
+    writer's come from audit_values.jsonable, a verified line's from decode_line:
+    neither lets NaN or Infinity through). orjson writes the very same bytes (keys
+    sorted by code point, compact, UTF-8, the same escapes, the same shortest floats)
+    several times faster, except for a float under 1e-4, which the stdlib writes as
+    `1e-05` and orjson as `0.00001` or `1e-7`: an orjson text with `e-` or `0.0000`
+    anywhere (a string may hold them too: then the check merely costs a second
+    encoding) is encoded again by the stdlib. What orjson refuses (an integer beyond
+    64 bits, a lone surrogate, a non-string key) takes the stdlib, which writes or
+    refuses it as it always has. tests/gateway/test_audit_canonical.py compares both."""
+    try:
+        out = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        out = b"e-"
+    if b"e-" not in out and b"0.0000" not in out:
+        return out
     return json.dumps(
         record, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode("utf-8")

@@ -34,12 +34,17 @@ def decode_line(raw: bytes) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        record = json.loads(text)
+        record = json.loads(text, parse_constant=_not_json)
     except ValueError as exc:
         raise ValueError(f"bad JSON: {exc}") from None
     if not isinstance(record, dict):
         raise ValueError("bad JSON: not an object")
     return record
+
+
+def _not_json(name: str) -> Any:
+    # The stdlib reads NaN and Infinity; no canonical line holds them.
+    raise ValueError(f"{name} is not JSON")
 
 
 def normalise_since(value: str | datetime | None) -> str | None:

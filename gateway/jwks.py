@@ -8,13 +8,13 @@ interval, not one per token. A failed refresh keeps serving the keys we have.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
 
 import aiohttp
 
+from gateway.json_codec import loads
 from gateway.keys import KeyConfigError, VerificationKey, keys_from_jwks
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class JwksCache:
 
     async def _fetch(self) -> bool:
         try:
-            keys = keys_from_jwks(json.loads(await self._get()), self.url)
+            keys = keys_from_jwks(loads(await self._get(), where="JWKS"), self.url)
         except (aiohttp.ClientError, TimeoutError, ValueError, KeyConfigError) as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.warning(

@@ -9,13 +9,13 @@ nothing of the caller (token, headers) is ever sent upstream.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from itertools import count
 from typing import Any
 
 import aiohttp
 
+from gateway.json_codec import loads
 from gateway.mcp_protocol import LATEST_HANDSHAKE, SESSION_HEADER, VERSION_HEADER
 from gateway.settings_ingress import McpSettings
 
@@ -99,7 +99,7 @@ class Upstream:
                 body = await resp.content.read(MAX_ANSWER_BYTES + 1)
                 if len(body) > MAX_ANSWER_BYTES:
                     raise UpstreamError("protocol", "upstream answer too large")
-                return resp.status, json.loads(body), session
+                return resp.status, loads(body, where="upstream answer"), session
         except TimeoutError:
             raise UpstreamError("timeout", "upstream MCP server timed out") from None
         except (aiohttp.ClientError, OSError) as exc:
@@ -179,7 +179,7 @@ async def _answer_from_sse(resp: aiohttp.ClientResponse, msg_id: Any) -> dict[st
         if line.startswith("data:"):
             data.append(line[5:].removeprefix(" "))
         elif not line and data:
-            event = json.loads("\n".join(data))
+            event = loads("\n".join(data), where="upstream event")
             data = []
             if isinstance(event, dict) and event.get("id") == msg_id and "method" not in event:
                 return event

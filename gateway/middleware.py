@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -10,6 +9,7 @@ from aiohttp import web
 
 from gateway import errors
 from gateway.errors import GatewayError
+from gateway.json_codec import dumps
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def error_response(error: GatewayError) -> web.Response:
     return web.Response(
         status=error.status,
-        body=json.dumps(error.body()).encode(),
+        body=dumps(error.body()),
         content_type="application/json",
         headers=error.headers,
     )

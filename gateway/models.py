@@ -30,6 +30,14 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class StrictIn(Strict):
+    """What a client sends: no coercion, so every reader sees one value. `true` is not
+    an integer, `"5"` is not a number, and `1.0` is not an integer where one is
+    declared (an integer is always accepted where a number is)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
 def check_relative_path(path: str) -> str:
     """A workspace path: relative, normalised, no `..`, no control characters."""
     if not path or len(path) > MAX_PATH_CHARS:
@@ -44,7 +52,7 @@ def check_relative_path(path: str) -> str:
     return norm
 
 
-class FileIn(Strict):
+class FileIn(StrictIn):
     path: str = Field(description="Relative path inside the workspace")
     content_b64: str = Field(description="File content, base64")
 
@@ -66,7 +74,7 @@ class FileIn(Strict):
         return base64.b64decode(self.content_b64, validate=True)
 
 
-class LimitsIn(Strict):
+class LimitsIn(StrictIn):
     timeout_s: float | None = Field(None, gt=0, le=86400)
     memory_mb: int | None = Field(None, gt=0)
     cpus: float | None = Field(None, gt=0, le=1024)
@@ -75,7 +83,7 @@ class LimitsIn(Strict):
     output_bytes: int | None = Field(None, gt=0)
 
 
-class NetworkIn(Strict):
+class NetworkIn(StrictIn):
     egress: list[str] = Field(default_factory=list, max_length=64)
 
     @field_validator("egress")
@@ -103,7 +111,7 @@ def _utf8(value: str) -> str:
     return value
 
 
-class ExecutionRequest(Strict):
+class ExecutionRequest(StrictIn):
     """Body of `POST /v1/executions`. Only `language` and `code` are required."""
 
     language: Annotated[str, Field(min_length=1, max_length=32)]
@@ -221,7 +229,7 @@ def format_validation_errors(errors: list[Any]) -> list[dict[str, str]]:
     return out
 
 
-class DecisionRequest(Strict):
+class DecisionRequest(StrictIn):
     """Body of `POST /v1/approvals/{id}/decision`."""
 
     decision: Literal["approve", "deny"]

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from jwt.algorithms import Algorithm, get_default_algorithms
 
+from gateway.json_codec import loads
 from gateway.keys import ALLOWED_ALGORITHMS
 
 # Stateless signature algorithm objects, one per allowed name.
@@ -65,8 +65,8 @@ def _segment(data: bytes, what: str) -> bytes:
 
 def _json_object(data: bytes, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(data)
-    except (ValueError, RecursionError):
+        value = loads(data, where=what)
+    except ValueError:
         raise AuthError("malformed", f"{what} is not JSON") from None
     if not isinstance(value, dict):
         raise AuthError("malformed", f"{what} is not a JSON object")

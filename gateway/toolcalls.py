@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gateway.json_codec import JsonError, loads
 from gateway.models import ExecutionRequest
 from gateway.settings import ToolSettings
 
@@ -118,9 +119,9 @@ def to_request(call: ToolCall, tool: ToolSettings) -> ExecutionRequest:
         return ExecutionRequest(language=tool.language or "python", code=args)
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
-        except ValueError as exc:
-            raise ToolCallError("arguments", f"not valid JSON: {exc}") from None
+            args = loads(args, where="arguments") if args.strip() else {}
+        except JsonError as exc:
+            raise ToolCallError(exc.where, exc.reason) from None
     return request_from_arguments(args, tool)
 
 

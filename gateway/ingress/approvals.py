@@ -9,7 +9,6 @@ JWT path answers with an approval token.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
@@ -20,8 +19,10 @@ from gateway.admission import state_error
 from gateway.appkeys import SERVICES
 from gateway.approval_desk import ApprovalDesk, principal_may_read
 from gateway.approvals import Approval, ApprovalError, iso
+from gateway.decoders import read_json
 from gateway.errors import GatewayError, invalid_field
 from gateway.ingress.rest import authenticated, read_body
+from gateway.json_codec import json_response
 from gateway.models import DecisionRequest, format_validation_errors
 from gateway.services import Services
 from gateway.state.base import StateUnavailable
@@ -54,7 +55,7 @@ async def list_approvals(request: web.Request) -> web.Response:
     if not 1 <= limit <= 1000:
         raise invalid_field("limit", "must be between 1 and 1000")
     approvals = await svc.approvals.store.list(status=status, tenant=tenant, limit=limit)
-    return web.json_response({"approvals": [a.public() for a in approvals]})
+    return json_response({"approvals": [a.public() for a in approvals]})
 
 
 @routes.get("/v1/approvals/{approval_id}")
@@ -72,7 +73,7 @@ async def get_approval(request: web.Request) -> web.Response:
     presented = not svc.settings.approvals.run_held or approval.language == "tool"
     if own and presented and approval.status == "approved":
         answer["approval_token"] = svc.approvals.mint(approval)
-    return web.json_response(answer)
+    return json_response(answer)
 
 
 @routes.post("/v1/approvals/{approval_id}/decision")
@@ -91,7 +92,7 @@ async def decide(request: web.Request) -> web.Response:
     if token is not None:
         answer["approval_token"] = token
         answer["run_held"] = svc.settings.approvals.run_held
-    return web.json_response(answer)
+    return json_response(answer)
 
 
 MAX_WEBHOOK_ID_CHARS = 256
@@ -230,10 +231,9 @@ async def _settle(
 
 
 def _parse(body: bytes) -> DecisionRequest:
+    data = read_json(body or b"null")
     try:
-        return DecisionRequest.model_validate(json.loads(body or b"null"))
-    except ValueError as exc:
-        if isinstance(exc, ValidationError):
-            fields = format_validation_errors(exc.errors())
-            raise GatewayError(errors.INVALID_REQUEST, "invalid decision", fields=fields) from None
-        raise invalid_field("body", f"malformed JSON: {exc}") from None
+        return DecisionRequest.model_validate(data)
+    except ValidationError as exc:
+        fields = format_validation_errors(exc.errors())
+        raise GatewayError(errors.INVALID_REQUEST, "invalid decision", fields=fields) from None

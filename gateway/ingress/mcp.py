@@ -9,7 +9,6 @@ and, when it carries an Origin, an allowed one. Answers are JSON, never SSE.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from gateway.appkeys import PIPELINE, SERVICES
 from gateway.errors import GatewayError
 from gateway.ingress.rest import audit_edge, bearer_token, read_body
 from gateway.ingress.sse import open_stream, send, wants_events
+from gateway.json_codec import JsonError, json_response, loads
 from gateway.mcp_protocol import (
     HANDSHAKE_VERSIONS,
     INVALID_REQUEST,
@@ -118,7 +118,7 @@ async def _admit(request: web.Request) -> tuple[Services, Principal, str]:
 
 
 def _json(body: dict[str, Any], status: int = 200, **headers: str) -> web.Response:
-    return web.json_response(body, status=status, headers=headers or None)
+    return json_response(body, status=status, headers=headers or None)
 
 
 @routes.post("/mcp")
@@ -126,9 +126,18 @@ async def post(request: web.Request) -> web.StreamResponse:
     _, principal, token = await _admit(request)
     server = request.app[MCP]
     try:
-        raw = json.loads(await read_body(request))
-    except ValueError as exc:
-        return _json(error(None, RpcError(PARSE_ERROR, f"parse error: {exc}")), 400)
+        raw = loads(await read_body(request))
+    except JsonError as exc:
+        await _audit(
+            request,
+            "mcp.rejected",
+            principal,
+            code="invalid_request",
+            rpc_code=PARSE_ERROR,
+            reason=str(exc),
+        )
+        fields = [{"field": exc.where, "message": exc.reason}]
+        return _json(error(None, RpcError(PARSE_ERROR, f"parse error: {exc}", data=fields)), 400)
     try:
         msg = parse(raw)
     except RpcError as exc:

@@ -7,7 +7,6 @@ everything else passes through (gateway/proxy.py). Every request is audited.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -19,8 +18,10 @@ from gateway import errors
 from gateway.admission import tenant_label
 from gateway.appkeys import PIPELINE, SERVICES
 from gateway.context import ExecContext
-from gateway.errors import GatewayError, invalid_field
+from gateway.decoders import read_json
+from gateway.errors import GatewayError
 from gateway.ingress.rest import audit_edge, bearer_token, read_body
+from gateway.json_codec import json_response
 from gateway.models import ExecutionRequest
 from gateway.proxy import Route, pass_through
 from gateway.proxy_intercept import AmbiguousPath, answer, checked_path, path_rules, request_body
@@ -181,10 +182,7 @@ async def _forward(request: web.Request, route: Route) -> web.StreamResponse:
 
 def _decoder(rule: InterceptSettings) -> Callable[[ExecContext], ExecutionRequest]:
     def decode(ctx: ExecContext) -> ExecutionRequest:
-        try:
-            body = json.loads(ctx.payload)
-        except ValueError as exc:
-            raise invalid_field("body", f"malformed JSON: {exc}") from None
+        body = read_json(ctx.payload)
         return ExecutionRequest.model_validate(request_body(rule, body))
 
     return decode
@@ -206,7 +204,7 @@ async def _intercept(
         await request.app[PIPELINE].run(ctx)
     except GatewayError as exc:
         fields = {"status": "error", "error": exc.body()["error"]}
-        return web.json_response(answer(rule, fields), status=exc.status, headers=exc.headers)
+        return json_response(answer(rule, fields), status=exc.status, headers=exc.headers)
     if ctx.held is not None:
         held = held_body(ctx)
         fields = {
@@ -218,9 +216,9 @@ async def _intercept(
                 "message": f"held for approval; GET /v1/executions/{ctx.execution_id}?wait=60",
             },
         }
-        return web.json_response(answer(rule, fields), status=202)
+        return json_response(answer(rule, fields), status=202)
     record = await request.app[SERVICES].store.get(ctx.execution_id)
     assert record is not None and record["result"] is not None
     result = record["result"]
     keys = ("stdout", "stderr", "exit_code", "status", "execution_id")
-    return web.json_response(answer(rule, {k: result[k] for k in keys}))
+    return json_response(answer(rule, {k: result[k] for k in keys}))

@@ -14,6 +14,7 @@ from gateway.context import ExecContext, new_id
 from gateway.decoders import decode_json_body
 from gateway.errors import GatewayError, invalid_field
 from gateway.ingress.sse import open_stream, send, wants_events
+from gateway.json_codec import json_response
 from gateway.live import follow_execution
 from gateway.results import held_body
 from gateway.stages.auth import verify_bearer
@@ -62,10 +63,10 @@ async def create_execution(request: web.Request) -> web.StreamResponse:
         return await _stream_execution(request, ctx)
     ctx = await request.app[PIPELINE].run(ctx)
     if ctx.held is not None:
-        return web.json_response(held_body(ctx), status=202)
+        return json_response(held_body(ctx), status=202)
     record = await request.app[SERVICES].store.get(ctx.execution_id)
     assert record is not None and record["result"] is not None
-    return web.json_response(record["result"])
+    return json_response(record["result"])
 
 
 async def _stream_execution(request: web.Request, ctx: ExecContext) -> web.StreamResponse:
@@ -126,7 +127,7 @@ async def get_execution(request: web.Request) -> web.Response:
     # Another tenant's execution is indistinguishable from a missing one.
     if record is None or record["tenant"] != principal.tenant:
         raise GatewayError(errors.NOT_FOUND, "no such execution")
-    return web.json_response(record)
+    return json_response(record)
 
 
 @routes.get("/v1/executions/{execution_id}/events")

@@ -8,7 +8,6 @@ reply the model can read (never a 500), so the agent loop can react.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -18,8 +17,10 @@ from pydantic import ValidationError
 from gateway import errors
 from gateway.appkeys import PIPELINE, SERVICES
 from gateway.context import ExecContext
+from gateway.decoders import read_json
 from gateway.errors import GatewayError, invalid_field
 from gateway.ingress.rest import authenticated, bearer_token, read_body
+from gateway.json_codec import json_response
 from gateway.mcp_tools import RESULT_KEYS
 from gateway.models import ExecutionRequest, format_validation_errors
 from gateway.pipeline import Pipeline
@@ -99,10 +100,7 @@ async def tool_calls(request: web.Request) -> web.Response:
     svc = request.app[SERVICES]
     await authenticated(request, "tool-calls")  # a bad token is one 401, not one error per call
     body = await read_body(request)
-    try:
-        payload = json.loads(body)
-    except ValueError as exc:
-        raise invalid_field("body", f"malformed JSON: {exc}") from None
+    payload = read_json(body)
     try:
         protocol, calls = parse(payload)
     except ToolCallError as exc:
@@ -112,4 +110,4 @@ async def tool_calls(request: web.Request) -> web.Response:
         raise invalid_field("body", f"at most {limit} tool calls per request")
     pipeline = request.app[PIPELINE]
     replies = await asyncio.gather(*(_run_one(pipeline, request, c) for c in calls))
-    return web.json_response(render(protocol, list(replies)))
+    return json_response(render(protocol, list(replies)))

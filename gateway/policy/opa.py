@@ -44,6 +44,7 @@ from typing import Any
 
 import aiohttp
 
+from gateway.json_codec import JsonError, loads
 from gateway.policy.base import DECISION_PATH, EngineAnswer, PolicyEngineError, json_kind
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,9 @@ class OpaEngine:
                         text = (await resp.text())[:_ERROR_DETAIL_CHARS]
                         return False, f"OPA at {self._base} is not ready ({resp.status}): {text}"
                 async with session.get(f"{self._base}/v1/data/system/bundles") as resp:
-                    bundles = (await resp.json()).get("result", {}) if resp.status == 200 else {}
+                    bundles = (
+                        _result(loads(await resp.read(), where="OPA")) if resp.status == 200 else {}
+                    )
         except TimeoutError:
             return False, f"OPA at {self._base} did not answer within {self._ms} ms"
         except (aiohttp.ClientError, ValueError) as exc:
@@ -246,6 +249,8 @@ class OpaEngine:
                 kind = "unavailable" if status in (502, 503, 504) else "invalid"
                 raise PolicyEngineError(kind, f"OPA error {status} {answer['code']}: {message}")
             raise PolicyEngineError("unavailable", f"OPA answered HTTP {status}")
+        if isinstance(answer, JsonError):
+            raise PolicyEngineError("invalid", f"OPA's answer refused: {answer}")
         if not isinstance(answer, dict):
             raise PolicyEngineError("invalid", "OPA answered something other than a JSON object")
         if "result" not in answer:
@@ -285,9 +290,13 @@ def _error_message(body: dict[str, Any]) -> str:
 async def _json_or_none(resp: aiohttp.ClientResponse) -> Any:
     raw = await resp.read()
     try:
-        return json.loads(raw)
-    except ValueError:
-        return None
+        return loads(raw, where="OPA's answer")
+    except JsonError as exc:
+        return exc  # a 200 with it is refused by name (_answer); an error status needs none
+
+
+def _result(answer: Any) -> Any:
+    return answer.get("result", {}) if isinstance(answer, dict) else {}
 
 
 def _provenance_revision(provenance: Any, bundle: str) -> str | None:

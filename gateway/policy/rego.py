@@ -29,6 +29,7 @@ from regopy.rego_shared import (
     rego_output_string,
 )
 
+from gateway.json_codec import loads
 from gateway.policy.base import DECISION_PATH, PolicyEngineError
 from gateway.policy.sources import PolicySources
 
@@ -141,9 +142,11 @@ def _parse_output(text: str) -> Any:
             "invalid", "policy evaluation failed: " + ("; ".join(messages) or text[:200])
         )
     try:
-        parsed = json.loads(text)
-    except ValueError:
-        raise PolicyEngineError("invalid", "policy engine produced malformed output") from None
+        parsed = loads(text, where="policy output")
+    except ValueError as exc:
+        raise PolicyEngineError(
+            "invalid", f"policy engine produced unreadable output: {exc}"
+        ) from None
     results = parsed if isinstance(parsed, list) else [parsed]
     if len(results) != 1 or not isinstance(results[0], dict):
         raise PolicyEngineError("invalid", "data.execgate.decision has more than one value")

@@ -240,3 +240,31 @@ def test_routes_may_not_shadow_the_gateway(tmp_path: Path) -> None:
         routes = json.dumps([{"prefix": prefix, "upstream_url": "http://127.0.0.1:1"}])
         with pytest.raises(SettingsError, match="prefix"):
             make_settings(tmp_path, EXECGATE_INGRESS_ROUTES=routes)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"lang":"python","source":{"text":"print(1)"},"x":'
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"}",
+        b'{"lang":"python","source":{"text":"print(1)"},"lang":"bash"}',
+        b'{"lang":"python","source":{"text":"print(1)","text":"import os"}}',
+        b'{"lang":"python","source":{"text":"print(1)"},"attachments":[{"path":"a","content_b64":"","path":"b"}]}',
+    ],
+    ids=["deep", "deep inside", "duplicate language", "duplicate code", "duplicate in files"],
+)
+async def test_intercepted_bombs_and_duplicates_are_refused_in_upstream_shape(
+    client: TestClient, token: Token, upstream: Upstream, settings: Settings, raw: bytes
+) -> None:
+    before = len(upstream.seen)
+    resp = await client.post("/llm/run", data=raw, headers=auth(token()))
+    answer = await resp.json()
+    assert resp.status == 400 and answer["object"] == "run", answer
+    assert answer["error"]["code"] == "invalid_request"
+    assert len(upstream.seen) == before
+    refused = [r for r in audit_records(settings) if r["type"] == "request.rejected"]
+    assert refused and refused[-1]["ingress"] == "proxy"
+    assert not [r for r in audit_records(settings) if r["type"] == "execution.finished"]

@@ -217,7 +217,8 @@ async def test_native_code_is_held_for_approval(client: TestClient, token: Token
         ({"language": "python"}, "code"),
         ({"language": "python", "code": 42}, "code"),
         ({"language": "cobol", "code": "x"}, "language"),
-        ({"language": "python", "code": "\ud800"}, "code"),
+        # A lone surrogate is not UTF-8 text: the decoder refuses the body, at its offset.
+        ({"language": "python", "code": "\ud800"}, "body"),
         ({"language": "python", "code": "x", "surprise": 1}, "surprise"),
         ({"language": "python", "code": "x", "limits": {"timeout_s": -1}}, "limits.timeout_s"),
         ({"language": "python", "code": "x", "limits": {"memory_mb": "lots"}}, "limits.memory_mb"),

@@ -365,3 +365,23 @@ async def test_too_many_overdue_evaluations_refuse_until_they_finish(tmp_path: P
         assert await value(engine, {"n": 3}) == {"n": 3}
     finally:
         await engine.close()
+
+
+async def test_deep_decision_fails_closed(tmp_path: Path) -> None:
+    """The engine's output is read by the one decoder too: past the bound, no decision."""
+    deep = "[" * 200 + "1" + "]" * 200
+    rego = (
+        "package execgate\nimport rego.v1\n"
+        f'decision := {{"allow": true, "x": {deep}}} if input.deep\n'
+        'decision := {"allow": true} if not input.deep\n'
+    )
+    engine = EmbeddedEngine(write_policy(tmp_path / "p", rego), timeout_ms=TIMEOUT_MS)
+    await engine.start()
+    try:
+        assert (await engine.decide(base_input())).value == {"allow": True}
+        error = await decide_error(engine, {**base_input(), "deep": True})
+    finally:
+        await engine.close()
+    assert error.kind == "invalid" and "nested deeper" in error.message
+    start = await start_error(write_policy(tmp_path / "q", rego.replace("input.deep", "true")))
+    assert "nested deeper" in start.message

@@ -320,3 +320,69 @@ async def test_unbundled_answer_is_unversioned_while_opa_does_not_list_its_files
         await engine.close()
     assert got.value == {"allow": True} and got.revision == "unversioned"
     assert not ok and "/v1/policies 500" in detail
+
+
+async def test_deep_decision_from_a_real_opa_fails_closed(
+    tmp_path: Path, own_opa: StartOpa
+) -> None:
+    """OPA writes what the policy builds: a decision nested past the bound is refused."""
+    deep = "[" * 200 + "1" + "]" * 200
+    rego = f'package execgate\nimport rego.v1\ndecision := {{"allow": true, "x": {deep}}}\n'
+    server = own_opa(write_policy(tmp_path / "p", rego))
+    engine = await started(server.url)
+    try:
+        error = await decide_error(engine)
+    finally:
+        await engine.close()
+    assert error.kind == "invalid" and "nested deeper" in error.message
+
+
+async def _answering(body: bytes) -> tuple[asyncio.Server, str]:
+    """A bare HTTP server answering every request with `body` (what no real OPA writes)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            (int(line.split(b":")[1]) for line in head.split(b"\r\n")
+             if line.lower().startswith(b"content-length:")),
+            0,
+        )  # fmt: skip
+        await reader.readexactly(length)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"provenance":{"bundles":{"execgate":{"revision":"r1"}}},'
+        b'"result":{"allow":false,"allow":true}}',
+        b'{"provenance":{"bundles":{"execgate":{"revision":"r1"}}},'
+        b'"result":{"allow":false},"result":{"allow":true}}',
+        b'{"provenance":{"bundles":{"execgate":{"revision":"r1"}}},"result":{"allow":true,'
+        b'"obligations":{"limits":{"memory_mb":64,"memory_mb":65536}}}}',
+        b'{"provenance":{"bundles":{"execgate":{"revision":"r1"}}},"result":{"allow":true,"x":'
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"}}",
+    ],
+    ids=["duplicate allow", "duplicate result", "duplicate obligation", "100k levels"],
+)
+async def test_ambiguous_or_deep_answer_fails_closed(body: bytes) -> None:
+    server, url = await _answering(body)
+    engine = OpaEngine(url, timeout_ms=TIMEOUT_MS)
+    await engine.start()
+    try:
+        error = await decide_error(engine)
+    finally:
+        await engine.close()
+        server.close()
+    assert error.kind == "invalid", error.message
+    assert "duplicate object key" in error.message or "nested deeper" in error.message
