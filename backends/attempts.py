@@ -52,12 +52,19 @@ class StartFailures:
         stage = stage_of(exc)
         self.counts[stage] += 1
         event = SandboxEvent(EVENT_KIND, f"{stage}: {exc}"[:1000])
-        if background and self.observer is not None:
+        if background:
+            self.report((event,))
+        return event
+
+    def report(self, events: tuple[SandboxEvent, ...]) -> None:
+        """Tell the gateway of failures no request carries (already counted)."""
+        for event in events:
+            if self.observer is None:
+                return
             try:
                 self.observer(event)
             except Exception:  # the audit log's trouble is reported by its own health
                 log.exception("cannot report a sandbox start failure")
-        return event
 
     @property
     def total(self) -> int:

@@ -277,7 +277,20 @@ class DockerBackend(SandboxBackend):
             limits=self.clamp(Limits(timeout_s=30, memory_mb=128, pids=16, disk_mb=1)),
         )
         shape = Shape.of(spec.limits)
-        container = await factory.make(shape, "probe")
+        # A start that fails before the probe is handed over is retried as any
+        # request's would be (no request carries the failures: reported on their own).
+        container, failed = await acquire(
+            Source(
+                take=lambda: None,
+                dead=factory.dead,
+                make=lambda: factory.make(shape, "probe"),
+                discard=lambda container: None,
+            ),
+            self.settings.start_attempts,
+            self.settings.start_deadline_s,
+            self.start_failures,
+        )
+        self.start_failures.report(failed)
         try:
             if "python" not in self.settings.runtimes:
                 raise BackendError("the probe needs the python runtime")

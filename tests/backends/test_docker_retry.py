@@ -142,3 +142,17 @@ async def test_nothing_is_retried_once_the_program_was_handed_over(name: str) ->
         per_sandbox = 2 if name == "docker-gvisor" else 1  # its holder is started too
         assert engine.starts - starts == per_sandbox
         await assert_docker_host_clean(backend)
+
+
+async def test_a_refused_probe_start_does_not_stop_start_up() -> None:
+    backend = flaky(DockerBackend)(DockerSettings(pool_size=0))
+    engine_of(backend).refuse = 1  # the very first start: the probe's
+    seen: list[object] = []
+    backend.start_failures.observer = seen.append
+    await start_docker_backend(backend)
+    try:
+        assert backend.start_failures.total == 1 and len(seen) == 1
+        assert (await run(backend, "bash", "echo up")).stdout == b"up\n"
+        await assert_docker_host_clean(backend)
+    finally:
+        await backend.close()
