@@ -159,7 +159,7 @@ class ContainerFactory:
             reader, writer = await self.engine.attach(cid)
             container = Container(cid, name, shape, reader, writer, FrameReader(_no_caps()))
             container.holder, container.holder_name, container.egress = holder, holder_name, egress
-            container.pidfds = (holder_pidfd,) if holder else ()
+            container.pidfds = (holder_pidfd,) if holder_pidfd >= 0 else ()
             await self.engine.start(cid)
             stage = "ready"
             async with asyncio.timeout(self.settings.start_timeout_s):
@@ -167,7 +167,10 @@ class ContainerFactory:
             pid = int((await self.engine.state(cid)).get("Pid") or 0)
             if not pid:
                 raise BackendError("the sandbox container has no process")
-            container.pidfds += (open_pidfd(pid),)
+            # None when the engine's pids are not ours to see (the gateway in a
+            # container of its own): the stream's end is the remaining sign.
+            if (pidfd := open_pidfd(pid)) >= 0:
+                container.pidfds += (pidfd,)
             if self.boundary and not holder:
                 stage = "boundary"
                 container.egress = await self._furnish(pid)
