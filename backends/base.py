@@ -153,7 +153,33 @@ class Health:
 
 
 class BackendError(Exception):
-    """The sandbox could not be created, run or cleaned up: not the user's fault."""
+    """The sandbox could not be created, run or cleaned up: not the user's fault.
+
+    `events` are what the backend saw on the way (sandboxes that failed to start):
+    the gateway audits them even though the request ends in a 503."""
+
+    def __init__(self, message: str = "", *, events: tuple[SandboxEvent, ...] = ()) -> None:
+        super().__init__(message)
+        self.events = events
+
+
+class SandboxStartError(BackendError):
+    """A sandbox failed before the program was handed over to it: nothing ran.
+
+    `stage` says where (backends/attempts.py STAGES); `retryable` is False when a
+    fresh sandbox cannot do better (the engine is unreachable)."""
+
+    def __init__(
+        self,
+        stage: str,
+        message: str,
+        *,
+        events: tuple[SandboxEvent, ...] = (),
+        retryable: bool = True,
+    ) -> None:
+        super().__init__(message, events=events)
+        self.stage = stage
+        self.retryable = retryable
 
 
 class SandboxBackend(abc.ABC):

@@ -1,4 +1,5 @@
-"""What every backend's settings share: the ceilings it accepts and its output-file caps.
+"""What every backend's settings share: the ceilings it accepts, its output-file caps
+and how hard it tries to get a request a sandbox (backends/attempts.py).
 
 The gateway clamps each request to these (backends/base.py `Capabilities.max_limits`),
 and each backend clamps again with `clamp` before it runs anything.
@@ -28,6 +29,12 @@ class SandboxCeilings(BaseModel):
     max_output_files: int = Field(64, ge=0)
     max_output_file_bytes: int = Field(8 * 1024 * 1024, ge=0)
     max_output_total_bytes: int = Field(16 * 1024 * 1024, ge=0)
+
+    # A sandbox that fails before the program is handed over (create, start,
+    # boundary, readiness) is replaced by a fresh one: at most this many tries per
+    # request, all of them within this many seconds (then 503 backend_unavailable).
+    start_attempts: int = Field(3, ge=1, le=10)
+    start_deadline_s: float = Field(60.0, gt=0, le=600)
 
     # `runtimes` is each backend's own table; its keys are language names everywhere.
     @field_validator("runtimes", check_fields=False)

@@ -24,6 +24,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from backends.attempts import Source, StartFailures, acquire
 from backends.base import (
     BackendError,
     Capabilities,
@@ -92,6 +93,7 @@ class DockerBackend(SandboxBackend):
         self._live: dict[str, Container] = {}
         self._languages: frozenset[str] = frozenset(s.runtimes)
         self._max = s.max_limits()
+        self.start_failures = StartFailures()
         self.pool = Pool(
             s.pool_size,
             s.pool_max_age_s,
@@ -99,6 +101,7 @@ class DockerBackend(SandboxBackend):
             self._make,
             self._dispose,
             self._background,
+            lambda exc: self.start_failures.record(exc, background=True),
         )
         self._reaper: asyncio.Task[None] | None = None
         self._etc_dir: Path | None = None  # the generated /etc files (docker_etc.py)
@@ -201,11 +204,24 @@ class DockerBackend(SandboxBackend):
             raise BackendError(f"{self.name} backend does not serve language {spec.language!r}")
         spec = dataclasses.replace(spec, limits=self.clamp(spec.limits))
         shape = Shape.of(spec.limits)
-        container = self.pool.take(shape)
-        if container is None:
-            container = await factory.make(shape, spec.execution_id)
+        self.pool.want(shape)
+        source = Source(
+            take=lambda: self.pool.take(shape),
+            dead=factory.dead,
+            make=lambda: factory.make(shape, spec.execution_id),
+            discard=lambda container: self._background.start(factory.dispose(container)),
+        )
+        s = self.settings
+        try:
+            container, failed = await acquire(
+                source, s.start_attempts, s.start_deadline_s, self.start_failures
+            )
+        except BackendError:
+            self.pool.replenish()  # in place of the dead and the failed
+            raise
         self._live[container.name] = container
         try:
+            # Handed over from here on: whatever happens is this run's result.
             outcome = await factory.execute(container, spec)
             network: tuple[NetworkAttempt, ...] = ()
             network_events: tuple[SandboxEvent, ...] = ()
@@ -213,7 +229,7 @@ class DockerBackend(SandboxBackend):
                 network, network_events = await container.egress.finish()
             result = await factory.finish(container, spec, outcome)
             return dataclasses.replace(
-                result, network=network, events=result.events + network_events
+                result, network=network, events=failed + result.events + network_events
             )
         finally:
             # Nothing of the program runs in it any more (or its forced removal kills
@@ -282,7 +298,20 @@ class DockerBackend(SandboxBackend):
             limits=self.clamp(Limits(timeout_s=30, memory_mb=128, pids=16, disk_mb=1)),
         )
         shape = Shape.of(spec.limits)
-        container = await factory.make(shape, "probe")
+        # A start that fails before the probe is handed over is retried as any
+        # request's would be (no request carries the failures: reported on their own).
+        container, failed = await acquire(
+            Source(
+                take=lambda: None,
+                dead=factory.dead,
+                make=lambda: factory.make(shape, "probe"),
+                discard=lambda container: None,
+            ),
+            self.settings.start_attempts,
+            self.settings.start_deadline_s,
+            self.start_failures,
+        )
+        self.start_failures.report(failed)
         try:
             if "python" not in self.settings.runtimes:
                 raise BackendError("the probe needs the python runtime")

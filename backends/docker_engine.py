@@ -29,6 +29,12 @@ T = TypeVar("T")
 ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 
 
+class EngineUnreachable(BackendError):
+    """No connection to the engine at all: a fresh sandbox would fare no better."""
+
+    retryable = False
+
+
 class Engine:
     def __init__(self, base_url: str, threads: int, timeout_s: float) -> None:
         self.base_url = base_url
@@ -42,7 +48,9 @@ class Engine:
         try:
             return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
         except ENGINE_ERRORS as exc:
-            raise BackendError(f"docker engine ({what}): {_brief(exc)}") from exc
+            unreachable = isinstance(exc, requests.exceptions.ConnectionError | ConnectionError)
+            error = EngineUnreachable if unreachable else BackendError
+            raise error(f"docker engine ({what}): {_brief(exc)}") from exc
 
     def _client(self) -> docker.APIClient:
         if self._api is None:
@@ -162,4 +170,5 @@ def _brief(exc: BaseException) -> str:
     if isinstance(exc, requests.exceptions.ConnectionError | socket.timeout):
         return f"unreachable ({type(exc).__name__})"
     text = str(exc)
-    return text if len(text) <= 300 else text[:300] + "..."
+    # The runtime's own reason is at the end of a long chain of prefixes.
+    return text if len(text) <= 600 else text[:250] + " ... " + text[-350:]

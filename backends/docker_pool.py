@@ -57,6 +57,7 @@ class Pool:
         make: Callable[[Shape], Awaitable[Container]],
         dispose: Callable[[Container], Awaitable[None]],
         background: Background,
+        failed: Callable[[BaseException], object] = lambda exc: None,
     ) -> None:
         self.size = size
         self.max_age_s = max_age_s
@@ -64,6 +65,7 @@ class Pool:
         self._make = make
         self._dispose = dispose
         self._background = background
+        self._failed = failed  # a container made ahead failed to start
         self._ready: collections.deque[Container] = collections.deque()
         self._recent: collections.deque[Shape] = collections.deque(maxlen=RECENT)
         self._filling = 0
@@ -77,14 +79,19 @@ class Pool:
         """Names of the containers waiting for a request."""
         return frozenset(c.name for c in self._ready)
 
-    def take(self, shape: Shape) -> Container | None:
-        """A fresh container of this shape, or None (the caller starts one)."""
+    def want(self, shape: Shape) -> None:
+        """A request of this shape arrived (the pool follows the demand)."""
         self._recent.append(shape)
         self._follow_demand()
+
+    def take(self, shape: Shape) -> Container | None:
+        """A waiting container of this shape, or None (the caller starts one).
+        Whether it is still alive is the caller's check (backends/attempts.py), so
+        that a container that died while it waited is recorded, not just dropped."""
         now = time.monotonic()
         found = None
         for container in list(self._ready):
-            stale = not container.alive or now - container.created >= self.max_age_s
+            stale = now - container.created >= self.max_age_s
             if stale or container.shape != self.shape:
                 self._ready.remove(container)
                 self._background.start(self._dispose(container))
@@ -114,6 +121,7 @@ class Pool:
         except Exception as exc:  # a background task: nothing else would see it
             self.fill_error = str(exc)
             log.warning("docker: cannot start a container ahead: %s", exc)
+            self._failed(exc)
             return
         finally:
             self._filling -= 1

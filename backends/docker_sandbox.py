@@ -34,7 +34,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from backends.base import BackendError, ExecResult, ExecSpec
+from backends.attempts import close_fd, exited, open_pidfd, raise_start_error
+from backends.base import BackendError, ExecResult, ExecSpec, SandboxStartError
 from backends.docker_config import Shape, container_request, launch_request
 from backends.docker_engine import Engine
 from backends.docker_protocol import Caps, FrameReader, ProtocolError, request_header
@@ -72,6 +73,9 @@ class Container:
     egress: EgressSession | None = None
     holder: str = ""  # the id of the container whose namespace it joined (gVisor)
     holder_name: str = ""
+    # Readable once the container's (and its holder's) first process has exited:
+    # a container made ahead that died while it waited is noticed before it is used.
+    pidfds: tuple[int, ...] = ()
 
     @property
     def alive(self) -> bool:
@@ -122,16 +126,18 @@ class ContainerFactory:
     # --- make -------------------------------------------------------------------
 
     async def make(self, shape: Shape, execution_id: str = "") -> Container:
+        """A started container whose launcher waits for its request; raises
+        SandboxStartError (with the stage that failed) and leaves nothing behind."""
         name = f"{self.instance.name_prefix}-{next(self._counter)}"
         labels = self.instance.labels(self.backend_name, execution_id)
         body = container_request(
             self.settings, self.image, shape, labels, self.launcher, self.seccomp_json,
             self.etc_dir,
         )  # fmt: skip
-        holder, holder_name, egress = "", "", None
+        holder, holder_name, egress, holder_pidfd = "", "", None, -1
         if self.boundary and self.holder_runtime:
             holder_name = name + HOLDER_SUFFIX
-            holder, egress = await self._make_holder(holder_name, labels)
+            holder, egress, holder_pidfd = await self._make_holder(holder_name, labels)
             body["NetworkDisabled"] = False
             body["HostConfig"]["NetworkMode"] = f"container:{holder}"
             body["HostConfig"]["Runtime"] = self.holder_runtime
@@ -145,30 +151,49 @@ class ContainerFactory:
         self.tracked.add(name)
         try:
             cid = await self.engine.create(body, name)
-        except BaseException:
+        except BaseException as exc:
             self.tracked.discard(name)  # never created, or the reaper will find it
             if holder:
+                close_fd(holder_pidfd)
                 await asyncio.shield(self._remove_holder(holder, holder_name, egress))
-            raise
+            raise_start_error("create", exc)
+        stage = "start"
+        container: Container | None = None
         try:
             reader, writer = await self.engine.attach(cid)
             container = Container(cid, name, shape, reader, writer, FrameReader(_no_caps()))
             container.holder, container.holder_name, container.egress = holder, holder_name, egress
+            container.pidfds = (holder_pidfd,) if holder_pidfd >= 0 else ()
             await self.engine.start(cid)
+            stage = "ready"
             async with asyncio.timeout(self.settings.start_timeout_s):
                 await self._until_ready(container)
+            pid = int((await self.engine.state(cid)).get("Pid") or 0)
+            if not pid:
+                raise BackendError("the sandbox container has no process")
+            # None when the engine's pids are not ours to see (the gateway in a
+            # container of its own): the stream's end is the remaining sign.
+            if (pidfd := open_pidfd(pid)) >= 0:
+                container.pidfds += (pidfd,)
             if self.boundary and not holder:
-                container.egress = await self._furnish(cid)
+                stage = "boundary"
+                container.egress = await self._furnish(pid)
         except BaseException as exc:
+            for fd in container.pidfds if container is not None else (holder_pidfd,):
+                close_fd(fd)
             await asyncio.shield(self._remove(cid, name))
             if holder:
                 await asyncio.shield(self._remove_holder(holder, holder_name, egress))
             if isinstance(exc, TimeoutError):
-                raise BackendError("the sandbox container did not become ready") from exc
-            raise
+                raise SandboxStartError(
+                    stage, "the sandbox container did not become ready"
+                ) from exc
+            raise_start_error(stage, exc)
         return container
 
-    async def _make_holder(self, name: str, labels: dict[str, str]) -> tuple[str, EgressSession]:
+    async def _make_holder(
+        self, name: str, labels: dict[str, str]
+    ) -> tuple[str, EgressSession, int]:
         """A runc container that only holds a network namespace, linked to the
         gateway's sinkhole before any gVisor sandbox joins it."""
         s = self.settings
@@ -176,26 +201,26 @@ class ContainerFactory:
         self.tracked.add(name)
         try:
             hid = await self.engine.create(body, name)
-        except BaseException:
+        except BaseException as exc:
             self.tracked.discard(name)
-            raise
+            raise_start_error("boundary", exc)
         try:
             await self.engine.start(hid)
-            egress = await self._furnish(hid, veth=True)
-        except BaseException:
+            pid = int((await self.engine.state(hid)).get("Pid") or 0)
+            if not pid:
+                raise BackendError("the holder container has no process")
+            egress = await self._furnish(pid, veth=True)
+        except BaseException as exc:
             await asyncio.shield(self._remove(hid, name))
-            raise
-        return hid, egress
+            raise_start_error("boundary", exc)
+        return hid, egress, open_pidfd(pid)
 
     async def _remove_holder(self, hid: str, name: str, egress: EgressSession | None) -> None:
         if egress is not None:
             await egress.stop()
         await self._remove(hid, name)
 
-    async def _furnish(self, cid: str, veth: bool = False) -> EgressSession:
-        pid = (await self.engine.state(cid)).get("Pid")
-        if not pid:
-            raise BackendError("the sandbox container has no process to furnish")
+    async def _furnish(self, pid: int, veth: bool = False) -> EgressSession:
         try:
             fds: BoundaryFds
             if veth:
@@ -203,7 +228,7 @@ class ContainerFactory:
             else:
                 fds = await asyncio.to_thread(open_boundary, f"/proc/{pid}/ns/net")
         except BoundaryError as exc:
-            raise BackendError(str(exc)) from exc
+            raise SandboxStartError("boundary", str(exc)) from exc
         session = EgressSession(fds, self.resolver)
         try:
             await session.start()
@@ -211,6 +236,14 @@ class ContainerFactory:
             await asyncio.shield(session.stop())
             raise
         return session
+
+    def dead(self, container: Container) -> str:
+        """Why a container made ahead can no longer take a request ("": it can)."""
+        if not container.alive:
+            return f"{container.name}: its launcher's stream has ended"
+        if any(exited(fd) for fd in container.pidfds):
+            return f"{container.name}: its container (or its holder) has exited"
+        return ""
 
     async def _until_ready(self, container: Container) -> None:
         frames = container.frames
@@ -346,6 +379,9 @@ class ContainerFactory:
     async def dispose(self, container: Container) -> None:
         """Remove a container in whatever state it is (never raises)."""
         container.writer.close()
+        for fd in container.pidfds:
+            close_fd(fd)
+        container.pidfds = ()
         if container.egress is not None:
             await container.egress.stop()
         await self._remove(container.id, container.name)

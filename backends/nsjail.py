@@ -27,8 +27,9 @@ import secrets
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from backends.attempts import Source, StartFailures, acquire
 from backends.base import (
     BackendError,
     Capabilities,
@@ -62,6 +63,8 @@ SMOKE_CODE = {"bash": "exit 0", "python": "pass", "javascript": "0"}
 class NsjailBackend(SandboxBackend):
     name = "nsjail"
     Settings = NsjailSettings
+    # What makes, runs and releases one sandbox (a test may put a subclass here).
+    Factory: ClassVar[type[SandboxFactory]] = SandboxFactory
 
     def __init__(
         self, settings: NsjailSettings | None = None, *, egress_resolver: NameResolver | None = None
@@ -92,6 +95,7 @@ class NsjailBackend(SandboxBackend):
         self._closing = False
         self._languages: frozenset[str] = frozenset(s.runtimes)
         self._max = s.max_limits()
+        self.start_failures = StartFailures()
         # Names refused syscalls (settings.seccomp_log) from the kernel log.
         self._seccomp: SeccompWatcher | None = None
 
@@ -189,7 +193,20 @@ class NsjailBackend(SandboxBackend):
         if spec.language not in self._languages:
             raise BackendError(f"nsjail backend does not serve language {spec.language!r}")
         spec = dataclasses.replace(spec, limits=self.clamp(spec.limits))
-        sandbox = await self._take()
+        source = Source(
+            take=self._take_pooled,
+            dead=factory.dead,
+            make=lambda: factory.make(self._next_name()),
+            discard=lambda sandbox: self._in_background(factory.dispose(sandbox)),
+        )
+        s = self.settings
+        try:
+            sandbox, failed = await acquire(
+                source, s.start_attempts, s.start_deadline_s, self.start_failures
+            )
+        except BackendError:
+            self._replenish()  # in place of the dead and the failed
+            raise
         self._live[sandbox.name] = sandbox
         seccomp = self._seccomp
         if seccomp is not None:
@@ -200,7 +217,7 @@ class NsjailBackend(SandboxBackend):
             network, network_events = await sandbox.egress.finish()
             refused = seccomp.events(sandbox.name) if seccomp is not None else ()
             result = await asyncio.to_thread(factory.finish, sandbox, spec, outcome)
-            events = result.events + refused + network_events
+            events = failed + result.events + refused + network_events
             return dataclasses.replace(result, network=network, events=events)
         finally:
             if seccomp is not None:
@@ -239,15 +256,18 @@ class NsjailBackend(SandboxBackend):
     def _next_name(self) -> str:
         return f"{self._prefix}-{next(self._counter)}"
 
-    async def _take(self) -> Sandbox:
+    def _take_pooled(self) -> Sandbox | None:
+        """The oldest waiting sandbox young enough, or None; whether it is still
+        alive is the caller's check (backends/attempts.py), so that one that died
+        while it waited is recorded, not just dropped."""
         factory = self._require_factory()
         max_age = self.settings.warm_max_age_s
         while self._pool:
             sandbox = self._pool.popleft()
-            if sandbox.alive and time.monotonic() - sandbox.created < max_age:
+            if time.monotonic() - sandbox.created < max_age:
                 return sandbox
             self._in_background(factory.dispose(sandbox))
-        return await factory.make(self._next_name())
+        return None
 
     def _replenish(self) -> None:
         while not self._closing and len(self._pool) + self._filling < self.settings.warm_pool_size:
@@ -261,6 +281,7 @@ class NsjailBackend(SandboxBackend):
         except Exception as exc:  # a background task: nothing else would see it
             self._fill_error = str(exc)
             log.warning("nsjail: cannot make a sandbox ahead: %s", exc)
+            self.start_failures.record(exc, background=True)
             return
         finally:
             self._filling -= 1
@@ -294,7 +315,7 @@ class NsjailBackend(SandboxBackend):
         except (OSError, CgroupError) as exc:
             raise BackendError(f"nsjail backend cannot start: {exc}") from exc
         self._reap(owner_alive)
-        self._factory = SandboxFactory(
+        self._factory = self.Factory(
             s, self.binary, self.etc_dir, self.policy_path, self.workspaces, self.cgroups,
             self.egress_resolver,
         )  # fmt: skip

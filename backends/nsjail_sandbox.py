@@ -26,7 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.base import BackendError, ExecResult, ExecSpec, Usage
+from backends.attempts import close_fd, exited, open_pidfd, raise_start_error
+from backends.base import BackendError, ExecResult, ExecSpec, SandboxStartError, Usage
 from backends.cgroups import CgroupError, CgroupLimits, CgroupManager, CgroupUsage, ExecCgroup
 from backends.egress.addresses import NameResolver
 from backends.egress.boundary import BoundaryError, open_boundary
@@ -66,6 +67,9 @@ class Sandbox:
     stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     baseline: CgroupUsage = dataclasses.field(default_factory=CgroupUsage)
     released: bool = False
+    # Readable once nsjail has exited: a sandbox that died while it waited in the
+    # pool is noticed before it is used (asyncio learns of the exit later).
+    pidfd: int = -1
 
     @property
     def alive(self) -> bool:
@@ -98,6 +102,8 @@ class SandboxFactory:
     # --- make -------------------------------------------------------------------
 
     async def make(self, name: str) -> Sandbox:
+        """A jailed launcher waiting for its launch line; raises SandboxStartError
+        (with the stage that failed) and leaves nothing behind."""
         prepare = asyncio.ensure_future(asyncio.to_thread(self._prepare, name))
         try:
             sandbox = await asyncio.shield(prepare)
@@ -105,42 +111,52 @@ class SandboxFactory:
             # The thread finishes anyway; release what it made.
             prepare.add_done_callback(self._release_prepared)
             raise
+        stage = "boundary"
         try:
             await sandbox.egress.start()
             netns = sandbox.egress.fds.netns
             assert netns is not None
+            stage = "start"
             sandbox.proc = await spawn(self.argv(sandbox), pass_fds=(sandbox.log_fd, netns))
+            sandbox.pidfd = open_pidfd(sandbox.proc.pid)
         except BaseException as exc:
             await asyncio.shield(sandbox.egress.stop())
             await asyncio.shield(asyncio.to_thread(self.release, sandbox))
             if isinstance(exc, OSError):
-                raise BackendError(f"nsjail could not be started: {exc}") from exc
-            raise
+                raise SandboxStartError(stage, f"nsjail could not be started: {exc}") from exc
+            raise_start_error(stage, exc)
         return sandbox
+
+    def dead(self, sandbox: Sandbox) -> str:
+        """Why a sandbox made ahead can no longer take a request ("": it can)."""
+        if sandbox.proc is None or sandbox.proc.returncode is not None or exited(sandbox.pidfd):
+            return f"{sandbox.name}: its nsjail process has exited"
+        return ""
 
     def _prepare(self, name: str) -> Sandbox:
         try:
             workspace = self.workspaces.create(name, self.settings.max_disk_mb)
         except (OSError, WorkspaceError) as exc:
-            raise BackendError(f"cannot create the sandbox workspace: {exc}") from exc
+            message = f"cannot create the sandbox workspace: {exc}"
+            raise SandboxStartError("create", message) from exc
         try:
             cgroup = self.cgroups.create(name, IDLE_LIMITS)
         except (OSError, CgroupError) as exc:
             self.workspaces.destroy(workspace)
-            raise BackendError(f"cannot create the sandbox cgroup: {exc}") from exc
+            raise SandboxStartError("create", f"cannot create the sandbox cgroup: {exc}") from exc
         try:
             log_fd = os.memfd_create("nsjail-log", os.MFD_CLOEXEC)
         except OSError as exc:
             self.workspaces.destroy(workspace)
             cgroup.remove()
-            raise BackendError(f"cannot create the nsjail log: {exc}") from exc
+            raise SandboxStartError("create", f"cannot create the nsjail log: {exc}") from exc
         try:
             boundary = open_boundary()
         except BoundaryError as exc:
             self.workspaces.destroy(workspace)
             cgroup.remove()
             os.close(log_fd)
-            raise BackendError(str(exc)) from exc
+            raise SandboxStartError("boundary", str(exc)) from exc
         return Sandbox(
             name=name, workspace=workspace, cgroup=cgroup, log_fd=log_fd,
             egress=EgressSession(boundary, self.resolver),
@@ -307,6 +323,8 @@ class SandboxFactory:
             return
         sandbox.released = True
         errors = []
+        close_fd(sandbox.pidfd)
+        sandbox.pidfd = -1
         for step in (sandbox.cgroup.kill_all,
                      lambda: self.workspaces.destroy(sandbox.workspace),
                      sandbox.cgroup.remove, lambda: os.close(sandbox.log_fd),

@@ -6,16 +6,18 @@ on the app under typed keys; nothing is global.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from backends import backend_class
-from backends.base import BackendError, SandboxBackend
+from backends.base import BackendError, SandboxBackend, SandboxEvent
 from gateway import metrics_live
 from gateway.admission import Admission
 from gateway.appkeys import PIPELINE, SERVICES, SETTINGS
@@ -122,6 +124,29 @@ async def build_services(settings: Settings, stack: AsyncExitStack) -> Services:
     return services
 
 
+def _audit_background_failures(name: str, backend: SandboxBackend, audit: AuditLog) -> None:
+    """A sandbox made ahead that failed to start (no request saw it) is a
+    `sandbox.event` too; a request's own start failures travel with its result."""
+    failures = getattr(backend, "start_failures", None)
+    if failures is None:
+        return
+
+    def observe(event: SandboxEvent) -> None:
+        with contextlib.suppress(AuditUnavailable):  # its health says so already
+            done = audit.submit(
+                "sandbox.event", request_id=None, execution_id=None, tenant=None,
+                subject=None, backend=name, kind=event.kind, detail=event.detail,
+            )  # fmt: skip
+            done.add_done_callback(_quiet)
+
+    failures.observer = observe
+
+
+def _quiet(done: asyncio.Future[dict[str, Any]]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        log.warning("audit: a sandbox.event was not written: %s", done.exception())
+
+
 async def _record_stop(audit: AuditLog, started: list[bool]) -> None:
     if started:
         with contextlib.suppress(AuditUnavailable):
@@ -139,6 +164,7 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
 
     backends = make_backends(settings)
     for name, backend in backends.items():
+        _audit_background_failures(name, backend, audit)
         try:
             await backend.start()
         except BackendError as exc:

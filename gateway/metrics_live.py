@@ -12,9 +12,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from backends.attempts import STAGES
 from gateway.services import Services
 
 # fsync latency spans SSDs (~0.1 ms) to networked disks (tens of ms).
@@ -27,7 +28,7 @@ class LiveCollector(Collector):
     def __init__(self, services: Services) -> None:
         self.services = services
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         ready = GaugeMetricFamily(
             "execgate_sandbox_pool_ready", "Sandboxes made ahead, waiting", labels=["backend"]
         )
@@ -46,11 +47,21 @@ class LiveCollector(Collector):
             if hasattr(backend, "running_sandboxes"):
                 running.add_metric([name], len(backend.running_sandboxes))
             out.add_metric([name], 1.0 if name in self.services.out_of_service else 0.0)
+        failures = CounterMetricFamily(
+            "execgate_sandbox_start_failures",
+            "Sandboxes that failed before the program was handed over (replaced by a"
+            " fresh one), by backend and stage",
+            labels=["backend", "stage"],
+        )
+        for name, backend in self.services.backends.items():
+            counts = getattr(getattr(backend, "start_failures", None), "counts", {})
+            for stage in STAGES:
+                failures.add_metric([name, stage], counts.get(stage, 0))
         healthy = GaugeMetricFamily(
             "execgate_audit_healthy", "1 while the audit log accepts records (else: refusing)"
         )
         healthy.add_metric([], 1.0 if self.services.audit.healthy else 0.0)
-        yield from (ready, running, out, healthy)
+        yield from (ready, running, out, failures, healthy)
 
     def describe(self) -> Iterable[Any]:
         return []

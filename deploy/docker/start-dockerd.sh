@@ -7,7 +7,8 @@
 #   netstack on links the gateway provides), with --network=none in its runtime
 #   args (runsc refuses Docker's `none` network otherwise) and --oci-seccomp (without
 #   it runsc ignores the container's seccomp profile: found by the escape suite), merged into
-#   /etc/docker/daemon.json without touching the other keys;
+#   /etc/docker/daemon.json without touching the other keys; both run runsc through
+#   deploy/docker/runsc-safe (runsc's `delete` would SIGKILL reused pids);
 # - starts dockerd in the background with no bridge and no iptables rules: sandboxes
 #   have no network at all, so the engine needs none, and the host firewall is left as
 #   it is; its log goes to $EXECGATE_DOCKERD_LOG (default /var/log/execgate-dockerd.log);
@@ -28,8 +29,8 @@ changed=0
 if [ -n "$RUNSC" ]; then
   mkdir -p "$(dirname "$CONFIG")"
   # Merge: keep every key the file has, set only runtimes.runsc and runsc-egress.
-  WRAPPER="$(cd "$(dirname "$0")" && pwd)/runsc-egress"
-  changed=$(python3 - "$CONFIG" "$RUNSC" "$WRAPPER" <<'EOF'
+  HERE="$(cd "$(dirname "$0")" && pwd)"
+  changed=$(python3 - "$CONFIG" "$HERE/runsc-safe" "$HERE/runsc-egress" <<'EOF'
 import json, os, sys
 path, runsc, wrapper = sys.argv[1], sys.argv[2], sys.argv[3]
 try:
@@ -38,6 +39,7 @@ try:
 except FileNotFoundError:
     config = {}
 want = {
+    # runsc-safe runs the installed runsc (EXECGATE_RUNSC, default /usr/bin/runsc).
     "runsc": {"path": runsc, "runtimeArgs": ["--network=none", "--oci-seccomp"]},
     # Controlled egress (backends/egress/veth.py): runsc's netstack takes over the
     # links of a holder container's namespace that the gateway furnished.

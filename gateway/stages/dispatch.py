@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import time
 
-from backends.base import BackendError, ExecResult, ExecSpec, InputFile
+from backends.base import BackendError, ExecResult, ExecSpec, InputFile, SandboxEvent
 from gateway import errors
 from gateway.admission import tenant_label
 from gateway.audit import AuditUnavailable
@@ -69,6 +69,8 @@ async def dispatch(ctx: ExecContext, svc: Services) -> None:
         live.close()
     except BackendError as exc:
         svc.metrics.observe_execution(ctx.backend, "backend_error", time.perf_counter() - started)
+        # The sandboxes that failed to start on the way (nothing ran in them).
+        await _record_events(ctx, svc, exc.events)
         raise GatewayError(
             errors.BACKEND_UNAVAILABLE, f"sandbox backend {ctx.backend} failed: {exc}"
         ) from None
@@ -113,6 +115,12 @@ async def _record_attempts(ctx: ExecContext, svc: Services, result: ExecResult) 
     await asyncio.gather(
         *(svc.audit.submit("network.attempt", **fields, **dataclasses.asdict(a))
           for a in result.network),
-        *(svc.audit.submit("sandbox.event", **fields, **dataclasses.asdict(e))
-          for e in result.events),
+        _record_events(ctx, svc, result.events),
     )  # fmt: skip
+
+
+async def _record_events(ctx: ExecContext, svc: Services, events: tuple[SandboxEvent, ...]) -> None:
+    fields = {**ctx.audit_fields(), "backend": ctx.backend}
+    await asyncio.gather(
+        *(svc.audit.submit("sandbox.event", **fields, **dataclasses.asdict(e)) for e in events)
+    )

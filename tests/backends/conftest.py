@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,12 @@ def host_canaries() -> Iterator[list[Path]]:
     yield made
     for path in made:
         path.unlink(missing_ok=True)
+
+
+async def until(condition: Callable[[], object], what: str) -> None:
+    """Wait for a condition (bounded only so that a hung test fails)."""
+    for _ in range(600):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -178,3 +178,60 @@ def test_no_opa_to_compile_the_policy_stops_serve_with_what_to_run(tmp_path: Pat
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "make opa" in done.stderr and "Traceback" not in done.stderr
+
+
+async def test_a_pooled_sandbox_that_died_is_replaced_and_recorded(
+    tmp_path: Path, gateway: Any
+) -> None:
+    import os
+    import signal
+
+    from gateway.appkeys import SERVICES
+    from tests.backends.conftest import until
+
+    settings, client = await gateway(EXECGATE_BACKENDS_NSJAIL_WARM_POOL_SIZE="1")
+    backend = client.app[SERVICES].backends["nsjail"]
+    await backend.wait_settled()
+    (waiting,) = backend._pool
+    os.kill(waiting.proc.pid, signal.SIGKILL)  # from outside, while it waits
+    await until(lambda: backend._require_factory().dead(waiting), "the sandbox to die")
+    resp = await client.post("/v1/executions", json=RUN, headers=auth(dev_token(settings)))
+    body = await resp.json()
+    assert resp.status == 200 and body["status"] == "ok", body
+    records = audit_records(settings)
+    (event,) = [r for r in records if r["type"] == "sandbox.event"]
+    assert event["kind"] == "start_failed" and event["detail"].startswith("dead: ")
+    assert event["execution_id"] == body["execution_id"]
+    metrics = await (await client.get("/metrics")).text()
+    assert 'execgate_sandbox_start_failures_total{backend="nsjail",stage="dead"} 1.0' in metrics
+
+
+async def test_sandboxes_that_cannot_be_made_are_tried_afresh_then_503(
+    tmp_path: Path, gateway: Any
+) -> None:
+    from gateway.appkeys import SERVICES
+
+    settings, client = await gateway(EXECGATE_BACKENDS_NSJAIL_WARM_POOL_SIZE="0")
+    runs = client.app[SERVICES].backends["nsjail"].workspaces.runs_dir
+    shutil.rmtree(runs)
+    runs.write_text("not a directory: no workspace can be made\n")
+    try:
+        resp = await client.post("/v1/executions", json=RUN, headers=auth(dev_token(settings)))
+    finally:
+        runs.unlink()
+        runs.mkdir(mode=0o711)
+    body = await resp.json()
+    assert resp.status == 503 and body["error"]["code"] == "backend_unavailable", body
+    records = audit_records(settings)
+    assert records[-1]["type"] == "request.rejected"
+    # Nothing ran: a fresh sandbox was tried each time (start_attempts, default 3),
+    # every failure audited with the request and counted.
+    failed = [r for r in records if r["type"] == "sandbox.event"]
+    assert [r["kind"] for r in failed] == ["start_failed"] * 3, failed
+    assert all(r["detail"].startswith("create: ") and r["backend"] == "nsjail" for r in failed)
+    assert {r["execution_id"] for r in failed} == {records[-1]["execution_id"]}
+    metrics = await (await client.get("/metrics")).text()
+    assert 'execgate_sandbox_start_failures_total{backend="nsjail",stage="create"} 3.0' in metrics
+    # And with the host repaired, the next request runs.
+    resp = await client.post("/v1/executions", json=RUN, headers=auth(dev_token(settings)))
+    assert resp.status == 200, await resp.text()

@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from backends.attempts import STAGES
 from gateway.appkeys import SERVICES
 from tests.gateway.conftest import auth
 
@@ -47,6 +48,7 @@ async def test_every_metric_the_issue_names(client: TestClient, token: Callable[
         "execgate_audit_records",
         "execgate_audit_healthy",
         "execgate_webhook_deliveries",
+        "execgate_sandbox_start_failures",
     } <= names
     assert sample(text, "execgate_executions_total", backend="nsjail", status="ok") == 1
     assert sample(text, "execgate_audit_records_total", type="execution.finished") == 1
@@ -60,6 +62,16 @@ async def test_every_metric_the_issue_names(client: TestClient, token: Callable[
     text = await (await client.get("/metrics")).text()
     ready = sample(text, "execgate_sandbox_pool_ready", backend="nsjail")
     assert wanted > 0 and ready == len(backend.ready_sandboxes) == wanted  # type: ignore[attr-defined]
+    # One series per (backend, stage) of a fixed set, from zero: bounded labels.
+    stages = {
+        s.labels["stage"]
+        for s in families(text)["execgate_sandbox_start_failures"].samples  # type: ignore[attr-defined]
+        if s.labels.get("backend") == "nsjail" and s.name.endswith("_total")
+    }
+    assert stages == set(STAGES)
+    assert (
+        sample(text, "execgate_sandbox_start_failures_total", backend="nsjail", stage="start") == 0
+    )
 
 
 async def test_names_are_prefixed_and_in_base_units(client: TestClient) -> None:
