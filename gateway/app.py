@@ -18,34 +18,34 @@ from aiohttp import web
 
 from backends import backend_class
 from backends.base import BackendError, SandboxBackend, SandboxEvent
-from gateway import metrics_live
-from gateway.admission import Admission
+from gateway.admission.gate import Admission
 from gateway.appkeys import PIPELINE, SERVICES, SETTINGS
-from gateway.approval_desk import ApprovalDesk
-from gateway.audit import AuditLog, AuditUnavailable
+from gateway.approvals.desk import ApprovalDesk
+from gateway.audit.log import AuditLog, AuditUnavailable
+from gateway.auth.tokens import TokenVerifier
 from gateway.console import add_console
 from gateway.escape.selftest import SelfTest
-from gateway.executions import ExecutionStore
+from gateway.executions.recovery import recover
+from gateway.executions.store import ExecutionStore
 from gateway.ingress import admin as admin_api
 from gateway.ingress import approvals as approvals_api
 from gateway.ingress import audit as audit_api
 from gateway.ingress import mcp as mcp_api
 from gateway.ingress import proxy as proxy_api
 from gateway.ingress import rest, toolcalls
-from gateway.metrics import Metrics
+from gateway.ingress.ops import OPENAPI, openapi_document
+from gateway.ingress.ops import routes as ops_routes
 from gateway.middleware import error_middleware
-from gateway.ops import OPENAPI, openapi_document
-from gateway.ops import routes as ops_routes
 from gateway.pipeline import Pipeline
 from gateway.policy.base import PolicyEngine
 from gateway.policy.inputs import DecisionInputLog, decision_inputs_path
 from gateway.policy.mask import MaskError
-from gateway.recovery import recover
 from gateway.services import Services
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from gateway.state import StateUnavailable, make_state
-from gateway.tokens import TokenVerifier
-from gateway.tracing import Tracing
+from gateway.telemetry import live as metrics_live
+from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.tracing import Tracing
 
 log = logging.getLogger(__name__)
 

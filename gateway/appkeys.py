@@ -6,7 +6,7 @@ from aiohttp import web
 
 from gateway.pipeline import Pipeline
 from gateway.services import Services
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 
 SETTINGS = web.AppKey("settings", Settings)
 SERVICES = web.AppKey("services", Services)

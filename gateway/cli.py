@@ -7,8 +7,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gateway import logs
-from gateway.settings import SettingsError, load_settings
+from gateway.settings.model import SettingsError, load_settings
+from gateway.telemetry import logs
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 

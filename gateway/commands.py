@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 
 # `execgate exec` exit statuses that are not the program's own.
 EXIT_TIMEOUT = 124  # like coreutils timeout(1)
@@ -31,7 +31,7 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
 
     from gateway.app import StartupError, create_app
     from gateway.policy.base import PolicyEngineError
-    from gateway.policy.opa_build import OpaNotFound, find_opa_binary
+    from gateway.policy.compiler import OpaNotFound, find_opa_binary
 
     if settings.policy.engine == "embedded":
         # Before anything starts: no compiler, no policy, no gateway (fail closed). Not a
@@ -62,7 +62,7 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def token(args: argparse.Namespace, settings: Settings) -> int:
-    from gateway.tokens import load_or_create_dev_secret, mint_token
+    from gateway.auth.tokens import load_or_create_dev_secret, mint_token
 
     secret = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
     print(
@@ -81,7 +81,7 @@ def token(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _dev_token(settings: Settings, *, tenant: str, sub: str, scopes: list[str]) -> str:
-    from gateway.tokens import load_or_create_dev_secret, mint_token
+    from gateway.auth.tokens import load_or_create_dev_secret, mint_token
 
     secret = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
     return mint_token(
@@ -245,7 +245,7 @@ def _await_approval(url: str, bearer: str, held: dict[str, Any]) -> dict[str, An
 def audit(args: argparse.Namespace, settings: Settings) -> int:
     path = Path(args.file or settings.audit.path)
     if args.audit_command == "verify":
-        from gateway.audit_chain import verify_file
+        from gateway.audit.chain import verify_file
 
         report = verify_file(path)
         if report.ok:
@@ -257,7 +257,7 @@ def audit(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
         return 1
-    from gateway.audit_chain import tail
+    from gateway.audit.chain import tail
 
     try:
         for record in tail(
@@ -278,13 +278,13 @@ def audit(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def bench(args: argparse.Namespace, settings: Settings) -> int:
-    from gateway.bench import main as bench_main
+    from gateway.bench.run import main as bench_main
 
     return bench_main(args.runs, args.json_path)
 
 
 def load(args: argparse.Namespace, settings: Settings) -> int:
-    from gateway.load import main as load_main
+    from gateway.bench.load import main as load_main
 
     return load_main(
         args.requests, args.concurrency, args.max_seconds, args.json_path, args.redis_url
@@ -332,7 +332,7 @@ def escape_test(args: argparse.Namespace, settings: Settings) -> int:
     import asyncio
 
     from backends import backend_class
-    from gateway.escape.catalog import techniques
+    from gateway.escape.catalog.index import techniques
     from gateway.escape.report import as_json, summary, table
     from gateway.escape.runner import run_suite
 
@@ -378,8 +378,8 @@ def policy(args: argparse.Namespace, settings: Settings) -> int:
     import asyncio
 
     from gateway.app import make_engine
-    from gateway.decision import DecisionError
     from gateway.policy.base import PolicyEngineError
+    from gateway.policy.decision import DecisionError
     from gateway.policy.inputs import decision_inputs_path, read_kept
     from gateway.policy.replay import Report, opa_decision_log, render_decision, replay
 

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from backends.base import ExecResult, Limits
-    from gateway.approval_tokens import ApprovalGrant
-    from gateway.approvals import Approval
-    from gateway.decision import Decision
+    from gateway.approvals.records import Approval
+    from gateway.approvals.tokens import ApprovalGrant
+    from gateway.auth.tokens import Principal
     from gateway.models import ExecutionRequest
-    from gateway.settings import TenantSettings
-    from gateway.tokens import Principal
+    from gateway.policy.decision import Decision
+    from gateway.settings.model import TenantSettings
 
 
 def new_id(prefix: str) -> str:

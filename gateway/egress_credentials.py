@@ -14,7 +14,7 @@ from backends.base import Credential
 from backends.egress.rules import Rules
 from gateway import errors
 from gateway.errors import GatewayError
-from gateway.settings import EgressSecretSettings, EgressSettings
+from gateway.settings.model import EgressSecretSettings, EgressSettings
 
 
 def _read_value(path: str) -> str:

@@ -14,9 +14,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from gateway import errors, logs
-from gateway.approvals import iso
-from gateway.audit import AuditUnavailable
+from gateway import errors
+from gateway.approvals.records import iso
+from gateway.audit.log import AuditUnavailable
 from gateway.context import ExecContext
 from gateway.errors import GatewayError
 from gateway.services import Services
@@ -33,6 +33,7 @@ from gateway.stages import (
     redeem_approval,
     validate,
 )
+from gateway.telemetry import logs
 
 log = logging.getLogger(__name__)
 

@@ -9,17 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from backends.base import SandboxBackend
-from gateway.admission import Admission
-from gateway.approval_desk import ApprovalDesk
-from gateway.audit import AuditLog
-from gateway.executions import ExecutionStore
-from gateway.live import LiveRegistry
-from gateway.metrics import Metrics
+from gateway.admission.gate import Admission
+from gateway.approvals.desk import ApprovalDesk
+from gateway.audit.log import AuditLog
+from gateway.auth.tokens import TokenVerifier
+from gateway.executions.live import LiveRegistry
+from gateway.executions.store import ExecutionStore
 from gateway.policy.base import PolicyEngine
 from gateway.policy.inputs import DecisionInputLog
-from gateway.settings import Settings
-from gateway.tokens import TokenVerifier
-from gateway.tracing import Tracing
+from gateway.settings.model import Settings
+from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.tracing import Tracing
 
 
 @dataclass

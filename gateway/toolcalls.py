@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from gateway.json_codec import JsonError, loads
 from gateway.models import ExecutionRequest
-from gateway.settings import ToolSettings
+from gateway.settings.model import ToolSettings
 
 Protocol = Literal["openai_chat", "openai_responses", "anthropic"]
 INGRESS = {"openai_chat": "openai", "openai_responses": "openai", "anthropic": "anthropic"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.serve_process import free_port
+from gateway.bench.process import free_port
 from tests.components import missing_component
 
 

@@ -9,9 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-.venv/bin/python}
-BASE_IMAGE=${BASE_IMAGE:-$("$PYTHON" -c 'from backends.docker_image import default_image; print(default_image())')}
+BASE_IMAGE=${BASE_IMAGE:-$("$PYTHON" -c 'from backends.docker.image import default_image; print(default_image())')}
 # The embedded policy engine compiles policies/ with OPA: the image carries the binary.
-OPA_BIN=$("$PYTHON" -c 'from gateway.policy.opa_build import find_opa_binary; print(find_opa_binary())') \
+OPA_BIN=$("$PYTHON" -c 'from gateway.policy.compiler import find_opa_binary; print(find_opa_binary())') \
   || { echo "no OPA binary to put in the image: run 'make opa'" >&2; exit 1; }
 docker image inspect "$BASE_IMAGE" >/dev/null 2>&1 \
   || { echo "base image $BASE_IMAGE missing: run 'make images' (or set BASE_IMAGE)" >&2; exit 1; }

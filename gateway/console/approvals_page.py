@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from gateway import errors
 from gateway.appkeys import SERVICES
-from gateway.approvals import Approval, iso
+from gateway.approvals.records import Approval, iso
 from gateway.console import html
 from gateway.console.guard import form_of, require
 from gateway.console.highlight import highlight

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from gateway import errors
 from gateway.appkeys import SERVICES
-from gateway.audit_read import query
+from gateway.audit.read import query
 from gateway.console import html
 from gateway.console.chain import CHAIN
 from gateway.console.guard import require

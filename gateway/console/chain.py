@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from gateway.audit_chain import ChainPoint, VerifyReport, verify_more
+from gateway.audit.chain import ChainPoint, VerifyReport, verify_more
 
 
 def _identity(path: str) -> tuple[int, int] | None:

@@ -11,7 +11,7 @@ from aiohttp import web
 from prometheus_client import Counter
 
 from gateway.appkeys import SERVICES
-from gateway.audit_read import query
+from gateway.audit.read import query
 from gateway.console import html
 from gateway.console.guard import require
 from gateway.console.session import Session

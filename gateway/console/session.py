@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway.tokens import Principal
+from gateway.auth.tokens import Principal
 
 COOKIE = "execgate_console"
 COOKIE_PATH = "/console/"

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from gateway import errors
 from gateway.appkeys import SERVICES
+from gateway.auth.tokens import MAX_TOKEN_BYTES, AuthError
 from gateway.console import html
 from gateway.console.guard import form_of, require, session_of
 from gateway.console.session import (
@@ -18,7 +19,6 @@ from gateway.console.session import (
 )
 from gateway.console.throttle import THROTTLE, source_key
 from gateway.errors import GatewayError
-from gateway.tokens import MAX_TOKEN_BYTES, AuthError
 
 routes = web.RouteTableDef()
 

@@ -13,16 +13,16 @@ from aiohttp import web
 
 from gateway import errors
 from gateway.appkeys import SERVICES
-from gateway.approval_desk import principal_may_read
-from gateway.audit_read import query
+from gateway.approvals.desk import principal_may_read
+from gateway.audit.read import query
 from gateway.console import html
 from gateway.console.audit_page import HEAD, READ, chain_box, record_kind, type_label
 from gateway.console.guard import require
 from gateway.console.highlight import highlight
 from gateway.console.session import Session
 from gateway.errors import GatewayError
+from gateway.executions.live import follow_execution
 from gateway.ingress.sse import open_stream, send
-from gateway.live import follow_execution
 
 routes = web.RouteTableDef()
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backends.base import BackendError, ExecResult, ExecSpec, SandboxBackend
-from gateway.escape.catalog import techniques
+from gateway.escape.catalog.index import techniques
 from gateway.escape.host import HostCanaries
 from gateway.escape.residue import leftovers
 from gateway.escape.technique import Evidence, Outcome, Probe, Technique, Verdict

@@ -15,10 +15,12 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from gateway import errors
-from gateway.admission import state_error
+from gateway.admission.gate import state_error
 from gateway.appkeys import SERVICES
-from gateway.approval_desk import ApprovalDesk, principal_may_read
-from gateway.approvals import Approval, ApprovalError, iso
+from gateway.approvals.desk import ApprovalDesk, principal_may_read
+from gateway.approvals.records import Approval, ApprovalError, iso
+from gateway.approvals.webhooks import SignatureError, verify
+from gateway.auth.tokens import Principal
 from gateway.decoders import read_json
 from gateway.errors import GatewayError, invalid_field
 from gateway.ingress.rest import authenticated, read_body
@@ -26,8 +28,6 @@ from gateway.json_codec import json_response
 from gateway.models import DecisionRequest, format_validation_errors
 from gateway.services import Services
 from gateway.state.base import StateUnavailable
-from gateway.tokens import Principal
-from gateway.webhooks import SignatureError, verify
 
 routes = web.RouteTableDef()
 

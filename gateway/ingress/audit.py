@@ -12,7 +12,7 @@ from aiohttp import web
 
 from gateway import errors
 from gateway.appkeys import SERVICES
-from gateway.audit_read import query
+from gateway.audit.read import query
 from gateway.errors import GatewayError, invalid_field
 from gateway.ingress.rest import authenticated
 

@@ -18,11 +18,12 @@ from aiohttp import web
 
 from gateway import errors
 from gateway.appkeys import PIPELINE, SERVICES
+from gateway.auth.tokens import Principal
 from gateway.errors import GatewayError
 from gateway.ingress.rest import audit_edge, bearer_token, read_body
 from gateway.ingress.sse import open_stream, send, wants_events
 from gateway.json_codec import JsonError, json_response, loads
-from gateway.mcp_protocol import (
+from gateway.mcp.protocol import (
     HANDSHAKE_VERSIONS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -40,13 +41,12 @@ from gateway.mcp_protocol import (
     parse,
     result,
 )
-from gateway.mcp_server import McpServer, ProgressSink
-from gateway.mcp_upstream import Upstream
+from gateway.mcp.server import McpServer, ProgressSink
+from gateway.mcp.upstream import Upstream
 from gateway.pipeline import Pipeline
 from gateway.services import Services
 from gateway.stages.auth import verify_bearer
 from gateway.stages.tool import TOOL_STAGES
-from gateway.tokens import Principal
 
 log = logging.getLogger(__name__)
 

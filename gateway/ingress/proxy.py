@@ -1,7 +1,7 @@
 """`ingress.routes`: path prefixes reverse-proxied to upstreams, registered after
 every gateway route. A request matching one of the route's intercept rules runs
 through the pipeline (ingress "proxy") and is answered in the upstream's shape;
-everything else passes through (gateway/proxy.py). Every request is audited.
+everything else passes through (gateway/proxy/forward.py). Every request is audited.
 """
 
 from __future__ import annotations
@@ -15,21 +15,21 @@ import aiohttp
 from aiohttp import web
 
 from gateway import errors
-from gateway.admission import tenant_label
+from gateway.admission.gate import tenant_label
 from gateway.appkeys import PIPELINE, SERVICES
+from gateway.auth.tokens import Principal
 from gateway.context import ExecContext
 from gateway.decoders import read_json
 from gateway.errors import GatewayError
+from gateway.executions.results import held_body
 from gateway.ingress.rest import audit_edge, bearer_token, read_body
 from gateway.json_codec import json_response
 from gateway.models import ExecutionRequest
-from gateway.proxy import Route, pass_through
-from gateway.proxy_intercept import AmbiguousPath, answer, checked_path, path_rules, request_body
-from gateway.results import held_body
-from gateway.settings import Settings
-from gateway.settings_ingress import InterceptSettings, RouteSettings
+from gateway.proxy.forward import Route, pass_through
+from gateway.proxy.intercept import AmbiguousPath, answer, checked_path, path_rules, request_body
+from gateway.settings.ingress import InterceptSettings, RouteSettings
+from gateway.settings.model import Settings
 from gateway.stages.auth import verify_bearer
-from gateway.tokens import Principal
 
 HTTP = web.AppKey("proxy_http", aiohttp.ClientSession)
 ROUTES = web.AppKey("proxy_routes", list)  # list[Route], in settings order

@@ -9,16 +9,16 @@ from aiohttp import web
 
 from gateway import errors
 from gateway.appkeys import PIPELINE, SERVICES
+from gateway.auth.tokens import Principal
 from gateway.content_coding import content_codings, decode_body
 from gateway.context import ExecContext, new_id
 from gateway.decoders import decode_json_body
 from gateway.errors import GatewayError, invalid_field
+from gateway.executions.live import follow_execution
+from gateway.executions.results import held_body
 from gateway.ingress.sse import open_stream, send, wants_events
 from gateway.json_codec import json_response
-from gateway.live import follow_execution
-from gateway.results import held_body
 from gateway.stages.auth import verify_bearer
-from gateway.tokens import Principal
 
 routes = web.RouteTableDef()
 

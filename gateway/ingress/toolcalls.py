@@ -19,12 +19,12 @@ from gateway.appkeys import PIPELINE, SERVICES
 from gateway.context import ExecContext
 from gateway.decoders import read_json
 from gateway.errors import GatewayError, invalid_field
+from gateway.executions.results import held_body
 from gateway.ingress.rest import authenticated, bearer_token, read_body
 from gateway.json_codec import json_response
-from gateway.mcp_tools import RESULT_KEYS
+from gateway.mcp.tools import RESULT_KEYS
 from gateway.models import ExecutionRequest, format_validation_errors
 from gateway.pipeline import Pipeline
-from gateway.results import held_body
 from gateway.toolcalls import INGRESS, ToolCall, ToolCallError, parse, render, to_request
 
 routes = web.RouteTableDef()

@@ -28,7 +28,7 @@ from typing import Any
 
 from gateway.files import make_private_dirs
 from gateway.policy.mask import LogMask, MaskError
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.decision import DecisionError, parse_decision
 from gateway.policy.base import PolicyEngine, PolicyEngineError
+from gateway.policy.decision import DecisionError, parse_decision
 from gateway.policy.inputs import KeptDecision, summary
 
 EXAMPLES = 5

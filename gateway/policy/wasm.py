@@ -1,6 +1,6 @@
 """The embedded engine: the policy as OPA compiles it to WebAssembly, run in-process.
 
-`opa build -t wasm` (gateway/policy/opa_build.py) turns the Rego into a Wasm
+`opa build -t wasm` (gateway/policy/compiler.py) turns the Rego into a Wasm
 module at start-up and on reload; wasmtime runs it. Why this shape:
 
 - parity: OPA itself parses, checks and plans the policy, so the language is
@@ -35,7 +35,7 @@ from typing import Any
 import wasmtime
 
 from gateway.policy.base import DECISION_PATH, EngineAnswer, PolicyEngineError, json_kind
-from gateway.policy.opa_build import build_wasm, find_opa_binary
+from gateway.policy.compiler import build_wasm, find_opa_binary
 from gateway.policy.rego import PROBE_INPUT
 from gateway.policy.sources import PolicySources, load_sources
 from gateway.policy.wasm_builtins import HOST_BUILTINS, Unsupported, parse_value

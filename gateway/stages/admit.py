@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from gateway import errors
-from gateway.admission import tenant_label
+from gateway.admission.gate import tenant_label
+from gateway.admission.limits import clamp
 from gateway.context import ExecContext
 from gateway.errors import GatewayError
-from gateway.limits import clamp
 from gateway.services import Services
 
 

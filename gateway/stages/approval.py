@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway import approval_binding, errors
-from gateway.approval_tokens import ApprovalTokenError
-from gateway.approvals import Approval, iso
+from gateway import errors
+from gateway.approvals import binding as approval_binding
+from gateway.approvals.records import Approval, iso
+from gateway.approvals.tokens import ApprovalTokenError
 from gateway.context import ExecContext
 from gateway.errors import GatewayError
 from gateway.services import Services

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from gateway import errors
+from gateway.auth.tokens import AuthError, Principal
 from gateway.context import ExecContext
 from gateway.errors import GatewayError
 from gateway.services import Services
-from gateway.tokens import AuthError, Principal
 
 
 async def verify_bearer(svc: Services, token: str | None) -> Principal:

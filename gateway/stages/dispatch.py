@@ -9,12 +9,12 @@ import time
 
 from backends.base import BackendError, ExecResult, ExecSpec, InputFile, SandboxEvent
 from gateway import errors
-from gateway.admission import tenant_label
-from gateway.audit import AuditUnavailable
+from gateway.admission.gate import tenant_label
+from gateway.audit.log import AuditUnavailable
 from gateway.context import ExecContext
 from gateway.egress_credentials import credentials_for
 from gateway.errors import GatewayError
-from gateway.results import render_result
+from gateway.executions.results import render_result
 from gateway.services import Services
 
 

@@ -11,9 +11,9 @@ import time
 
 from gateway import errors
 from gateway.context import ExecContext, new_id
-from gateway.decision import DecisionError, parse_decision
 from gateway.errors import GatewayError
 from gateway.policy.base import PolicyEngineError
+from gateway.policy.decision import DecisionError, parse_decision
 from gateway.policy.inputs import summary
 from gateway.services import Services
 

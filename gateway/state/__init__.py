@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.approvals import ApprovalRecords, ApprovalStore
-from gateway.settings import StateSettings
+from gateway.approvals.records import ApprovalRecords, ApprovalStore
+from gateway.settings.model import StateSettings
 from gateway.state.base import LimitState, StateUnavailable
 from gateway.state.memory import MemoryState
 from gateway.state.redis_approvals import RedisApprovalStore

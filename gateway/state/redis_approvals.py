@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from gateway.approvals import Approval, ApprovalError, DecisionWord
+from gateway.approvals.records import Approval, ApprovalError, DecisionWord
 from gateway.state.redis_state import PREFIX, RedisState, lua_script
 
 _DECIDED = {"approve": "approved", "deny": "denied"}

@@ -21,10 +21,19 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import ExecResult, ExecSpec, InputFile, Limits, SandboxBackend, Status
+from backends.base import (
+    BackendError,
+    ExecResult,
+    ExecSpec,
+    InputFile,
+    Limits,
+    SandboxBackend,
+    Status,
+)
 from backends.egress.boundary import TUN_NAME
 from backends.egress.veth import LINK as VETH_LINK
 from tests.components import missing_component
+from tests.waiting import until
 
 _ids = itertools.count(1)
 
@@ -206,6 +215,55 @@ class BackendConformance:
         result = await backend.run(spec)
         assert result.status == Status.OUTPUT_LIMIT
         assert b"".join(seen) == result.stdout and len(result.stdout) <= 10_000
+
+    async def test_orphans_and_daemons_die(
+        self, backend: SandboxBackend, residue_check: Callable[[], Awaitable[None]]
+    ) -> None:
+        code = (
+            "import os, subprocess, time\n"
+            "subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+            "if os.fork() == 0:\n"
+            "    if os.fork() == 0:\n"
+            "        os.setsid()\n"
+            "        time.sleep(60)\n"
+            "    os._exit(0)\n"
+            "print('parent exits')\n"
+        )
+        result = await run(backend, "python", code)
+        assert result.status == Status.OK
+        await residue_check()
+
+    async def test_cancelled_run_leaves_nothing(
+        self, backend: SandboxBackend, residue_check: Callable[[], Awaitable[None]]
+    ) -> None:
+        task = asyncio.ensure_future(run(backend, "bash", "sleep 30 & sleep 30"))
+        await until(
+            lambda: bool(backend.running_sandboxes),  # type: ignore[attr-defined]
+            what="the run started",
+        )
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await residue_check()
+
+    async def test_output_flood_on_both_streams(
+        self, backend: SandboxBackend, residue_check: Callable[[], Awaitable[None]]
+    ) -> None:
+        result = await run(backend, "bash", "yes out &\nyes err >&2", output_bytes=64 * 1024)
+        assert result.status == Status.OUTPUT_LIMIT
+        assert len(result.stdout) + len(result.stderr) == 64 * 1024
+        assert any(e.kind == "output_limit" for e in result.events)
+        await residue_check()
+
+    async def test_unknown_language_is_backend_error(self, backend: SandboxBackend) -> None:
+        spec = ExecSpec(execution_id="exe_x", language="cobol", code="", limits=Limits())
+        with pytest.raises(BackendError, match="does not serve"):
+            await backend.run(spec)
+
+    async def test_limits_are_clamped_to_the_backend_maximum(self, backend: SandboxBackend) -> None:
+        huge = Limits(timeout_s=1e6, memory_mb=10**9, cpus=999, pids=10**6,
+                      disk_mb=10**9, output_bytes=10**12)  # fmt: skip
+        assert backend.clamp(huge) == backend.capabilities.max_limits  # type: ignore[attr-defined]
 
     async def test_sleep_past_deadline_is_timeout(
         self, backend: SandboxBackend, residue_check: Callable[[], Awaitable[None]]

@@ -9,13 +9,15 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from backends.base import BackendError
-from backends.docker import DockerBackend
-from backends.nsjail import NsjailBackend
-from backends.nsjail_settings import NsjailSettings
+from backends.docker.backend import DockerBackend
+from backends.nsjail.backend import NsjailBackend
+from backends.nsjail.settings import NsjailSettings
 from tests.components import missing_component
 
 
@@ -127,6 +129,22 @@ async def start_docker_backend(backend: DockerBackend) -> DockerBackend:
         await backend.start()
     except BackendError as exc:
         missing_component(f"{backend.name} backend cannot start: {exc}")
+    return backend
+
+
+def module_docker_backend(make: Callable[[], DockerBackend]) -> Any:
+    """A module-scoped `backend` fixture: `make()` started once for the module (on the
+    module's loop), closed after its last test. Each docker and gVisor test module
+    says only which backend it wants: `backend = module_docker_backend(lambda: ...)`."""
+
+    @pytest_asyncio.fixture(scope="module", loop_scope="module")
+    async def backend() -> AsyncIterator[DockerBackend]:
+        started = await start_docker_backend(make())
+        try:
+            yield started
+        finally:
+            await started.close()
+
     return backend
 
 

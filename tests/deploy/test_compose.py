@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 from compose_spec import PyCompose
 
-from gateway.settings import load_settings
+from gateway.settings.model import load_settings
 from tests.deploy.manifests import COMPOSE, DEPLOY, compose_text, seconds
 from tests.deploy.test_example_config import EXAMPLE
 

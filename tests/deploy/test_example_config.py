@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from backends import REGISTRY, backend_class
-from gateway.settings import (
+from gateway.settings.model import (
     _SECTIONS,
     Settings,
     TenantSettings,

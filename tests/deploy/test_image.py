@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.audit_chain import verify_file
-from gateway.policy.opa_local import free_port
-from gateway.tokens import mint_token
+from gateway.audit.chain import verify_file
+from gateway.auth.tokens import mint_token
+from gateway.policy.local_opa import free_port
 from tests.components import missing_component
 from tests.deploy.manifests import DEPLOY
 

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.settings import load_settings
+from gateway.settings.model import load_settings
 from tests.deploy.manifests import DEPLOY, K8S, k8s_documents
 from tests.deploy.test_example_config import EXAMPLE
 

@@ -19,9 +19,9 @@ from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
 from gateway.appkeys import SERVICES
-from gateway.audit_chain import verify_file
-from gateway.keys import load_or_create_dev_secret
-from gateway.tokens import mint_token
+from gateway.audit.chain import verify_file
+from gateway.auth.keys import load_or_create_dev_secret
+from gateway.auth.tokens import mint_token
 from tests.gateway.conftest import audit_records, auth, make_settings, require_root
 
 pytestmark = pytest.mark.integration

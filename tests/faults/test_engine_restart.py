@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.audit_chain import verify_file
+from gateway.audit.chain import verify_file
 from tests.components import missing_component
 from tests.gateway.conftest import REPO, require_root
 from tests.gateway.served import ServedGateway, gateway_env

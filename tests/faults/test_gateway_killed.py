@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.audit_chain import verify_file
+from gateway.audit.chain import verify_file
 from tests.backends.conftest import processes_with_uid
 from tests.gateway.conftest import require_root
 from tests.gateway.served import ServedGateway, gateway_env, sandbox_ids  # noqa: F401

@@ -17,8 +17,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
-from gateway.keys import load_or_create_dev_secret
-from gateway.tokens import mint_token
+from gateway.auth.keys import load_or_create_dev_secret
+from gateway.auth.tokens import mint_token
 from tests.gateway.conftest import audit_records, auth, make_settings
 from tests.policies.opa_server import POLICIES, OpaServer, find_opa
 

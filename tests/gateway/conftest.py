@@ -13,8 +13,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
-from gateway.settings import Settings, load_settings
-from gateway.tokens import mint_token
+from gateway.auth.tokens import mint_token
+from gateway.settings.model import Settings, load_settings
 from tests.components import missing_component
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,7 +75,7 @@ def canary_dir() -> Iterator[Path]:
 @pytest.fixture
 def token(settings: Settings) -> Callable[..., str]:
     """Mint a token with the gateway's development key (created on first use)."""
-    from gateway.keys import load_or_create_dev_secret
+    from gateway.auth.keys import load_or_create_dev_secret
 
     def make(
         tenant: str = "acme",

@@ -21,9 +21,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.keys import load_or_create_dev_secret
-from gateway.policy.opa_local import free_port
-from gateway.tokens import mint_token
+from gateway.auth.keys import load_or_create_dev_secret
+from gateway.auth.tokens import mint_token
+from gateway.policy.local_opa import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

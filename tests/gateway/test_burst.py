@@ -36,8 +36,8 @@ async def test_burst_at_a_fresh_gateway_gets_no_5xx(tmp_path: Path, aiohttp_clie
     )
     assert settings.policy.engine == "embedded"  # the default engine is the one under test
     client = await aiohttp_client(create_app(settings))
-    from gateway.keys import load_or_create_dev_secret
-    from gateway.tokens import mint_token
+    from gateway.auth.keys import load_or_create_dev_secret
+    from gateway.auth.tokens import mint_token
 
     secret = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
     token = mint_token(secret, tenant="acme", sub="burst", scopes=["exec:python"], ttl_s=600)

@@ -14,9 +14,9 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.app import create_app
-from gateway.audit import AuditLog
-from gateway.keys import load_or_create_dev_secret
-from gateway.settings import Settings
+from gateway.audit.log import AuditLog
+from gateway.auth.keys import load_or_create_dev_secret
+from gateway.settings.model import Settings
 
 EXECGATE = [sys.executable, "-m", "gateway"]
 

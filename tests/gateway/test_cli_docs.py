@@ -20,8 +20,8 @@ import jwt
 import pytest
 import yaml
 
+from gateway.bench.process import free_port
 from gateway.cli import build_parser
-from gateway.serve_process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [

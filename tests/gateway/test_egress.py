@@ -21,9 +21,9 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from gateway.app import create_app
-from gateway.keys import load_or_create_dev_secret
-from gateway.settings import EgressSecretSettings, EgressSettings, Settings
-from gateway.tokens import mint_token
+from gateway.auth.keys import load_or_create_dev_secret
+from gateway.auth.tokens import mint_token
+from gateway.settings.model import EgressSecretSettings, EgressSettings, Settings
 from tests.gateway.conftest import REPO, audit_records, auth, make_settings, require_root
 
 pytestmark = pytest.mark.integration  # drives a real nsjail

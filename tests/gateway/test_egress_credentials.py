@@ -8,7 +8,7 @@ import pytest
 
 from gateway.egress_credentials import credentials_for
 from gateway.errors import GatewayError
-from gateway.settings import EgressSecretSettings, EgressSettings
+from gateway.settings.model import EgressSecretSettings, EgressSettings
 
 
 def settings(tmp_path: Path, value: str = "Bearer t0ken\n") -> EgressSettings:

@@ -46,8 +46,8 @@ def gateway(tmp_path: Path, aiohttp_client: Any) -> Callable[..., Any]:
 
 
 def dev_token(settings: Any) -> str:
-    from gateway.keys import load_or_create_dev_secret
-    from gateway.tokens import mint_token
+    from gateway.auth.keys import load_or_create_dev_secret
+    from gateway.auth.tokens import mint_token
 
     secret = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
     return mint_token(secret, tenant="acme", sub="t", scopes=["exec:python"], ttl_s=300)

@@ -14,20 +14,20 @@ from typing import Any
 import pytest
 
 from backends.noop import NoopBackend
-from gateway.admission import Admission
-from gateway.approval_desk import ApprovalDesk
-from gateway.approvals import ApprovalStore
-from gateway.audit import AuditLog
+from gateway.admission.gate import Admission
+from gateway.approvals.desk import ApprovalDesk
+from gateway.approvals.records import ApprovalStore
+from gateway.audit.log import AuditLog
+from gateway.auth.jws import AuthError
+from gateway.auth.tokens import Principal
 from gateway.context import ExecContext
 from gateway.decoders import decode_json_body
 from gateway.errors import GatewayError
-from gateway.executions import ExecutionStore
+from gateway.executions.store import ExecutionStore
 from gateway.pipeline import STAGES, Pipeline
 from gateway.policy.base import EngineAnswer, PolicyEngineError
 from gateway.services import Services
-from gateway.settings import load_settings
-from gateway.tokens import Principal
-from gateway.tokens_jws import AuthError
+from gateway.settings.model import load_settings
 
 ALLOW = {"allow": True, "deny": [], "obligations": {"egress": []}}
 SECRET_TOKEN = "token-that-must-never-be-recorded"

@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from gateway.policy.opa_local import REPO, LocalOpa, free_port
+from gateway.policy.local_opa import REPO, LocalOpa, free_port
 from tests.components import missing_component
 
 POLICIES = REPO / "policies"

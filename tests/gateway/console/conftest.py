@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.gateway.conftest import auth, make_settings, require_root
 
 # Held by the default policy: loading native code needs a person's approval.

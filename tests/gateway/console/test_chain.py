@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gateway.audit import AuditLog
+from gateway.audit.log import AuditLog
 from gateway.console.chain import ChainStatus
 
 

@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.appkeys import SERVICES
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.gateway.conftest import audit_records, auth
 from tests.gateway.console.conftest import HOSTILE, hold, origin, sign_in
 from tests.waiting import until

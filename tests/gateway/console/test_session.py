@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from aiohttp.test_utils import make_mocked_request
 
+from gateway.auth.tokens import Principal
 from gateway.console.guard import same_origin
 from gateway.console.session import IDLE_S, MAX_AGE_S, SessionStore
-from gateway.tokens import Principal
 
 
 class Clock:

@@ -9,7 +9,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.console.throttle import BURST, INTERVAL_S, SignInThrottle, source_key
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.gateway.conftest import audit_records
 from tests.gateway.console.conftest import origin
 from tests.gateway.console.test_session import Clock

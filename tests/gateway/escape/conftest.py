@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.nsjail_settings import NsjailSettings
+from backends.nsjail.settings import NsjailSettings
 from tests.backends.conftest import require_root
 
 

@@ -14,10 +14,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.appkeys import SERVICES
-from gateway.escape.catalog import techniques
+from gateway.escape.catalog.index import techniques
 from gateway.escape.runner import run_suite
 from gateway.escape.technique import Outcome
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.backends.conftest import require_root
 from tests.gateway.conftest import auth
 from tests.gateway.escape.broken import BROKEN, Broken, SaysNotApplicable

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from backends.base import ExecResult, OutputFile, Status, Usage
-from gateway.escape.catalog import techniques
-from gateway.escape.catalog_resources import (
+from gateway.escape.catalog.index import techniques
+from gateway.escape.catalog.resources import (
     cpu_bounded,
     ended,
     ended_quietly,

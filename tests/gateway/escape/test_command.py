@@ -7,8 +7,8 @@ import json
 import os
 import pty
 
-from gateway.escape.catalog import techniques
-from gateway.settings import Settings
+from gateway.escape.catalog.index import techniques
+from gateway.settings.model import Settings
 from tests.gateway.test_cli import EXECGATE, cli_env, run_cli
 
 

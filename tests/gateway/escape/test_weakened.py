@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from backends.docker import DockerBackend
-from backends.docker_settings import DockerSettings, GvisorSettings
-from backends.gvisor import GvisorBackend
-from backends.nsjail import NsjailBackend
-from backends.nsjail_settings import NsjailSettings
-from gateway.escape.catalog import techniques
+from backends.docker.backend import DockerBackend
+from backends.docker.gvisor import GvisorBackend
+from backends.docker.settings import DockerSettings, GvisorSettings
+from backends.nsjail.backend import NsjailBackend
+from backends.nsjail.settings import NsjailSettings
+from gateway.escape.catalog.index import techniques
 from gateway.escape.host import HostCanaries
 from gateway.escape.report import row
 from gateway.escape.residue import leftovers

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from backends.base import ExecResult, ExecSpec, OutputFile
-from backends.docker import DockerBackend
-from backends.docker_engine import Engine
-from backends.gvisor import GvisorBackend
-from backends.nsjail import NsjailBackend
-from backends.nsjail_config import INSIDE_ID
-from backends.nsjail_sandbox import Sandbox, SandboxFactory
+from backends.docker.backend import DockerBackend
+from backends.docker.engine import Engine
+from backends.docker.gvisor import GvisorBackend
+from backends.nsjail.backend import NsjailBackend
+from backends.nsjail.config import INSIDE_ID
+from backends.nsjail.sandbox import Sandbox, SandboxFactory
 from backends.workspace import Collected, Workspace, WorkspaceManager
 
 # What the weakened nsjail grants instead of the request's limits: bounded (the

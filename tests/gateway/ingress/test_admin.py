@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.appkeys import SERVICES
-from gateway.escape.catalog import techniques
+from gateway.escape.catalog.index import techniques
 from gateway.ingress.admin import SELFTEST
 from tests.gateway.conftest import audit_records, auth
 from tests.gateway.escape.weakened import WeakNsjail

@@ -17,9 +17,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from gateway.app import create_app
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.gateway.conftest import audit_records, auth, make_settings, require_root
-from tests.gateway.mcp_upstream_server import UpstreamServer
+from tests.gateway.mcp.upstream_server import UpstreamServer
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.gateway.conftest import audit_records, auth, make_settings, require_root
 
 pytestmark = pytest.mark.integration
@@ -234,7 +234,7 @@ async def test_upstream_down_and_slow(client: TestClient, token: Token) -> None:
 
 
 def test_routes_may_not_shadow_the_gateway(tmp_path: Path) -> None:
-    from gateway.settings import SettingsError
+    from gateway.settings.model import SettingsError
 
     for prefix in ("/v1", "/v1/executions", "/mcp", "/", "/healthz"):
         routes = json.dumps([{"prefix": prefix, "upstream_url": "http://127.0.0.1:1"}])

@@ -21,7 +21,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.gateway.conftest import audit_records, auth, make_settings, require_root
 from tests.gateway.ingress.wire import WireUpstream, raw_exchange, status_of
 

@@ -12,8 +12,8 @@ import jwt
 import pytest
 from aiohttp.test_utils import TestClient
 
-from gateway.audit_chain import verify_file
-from gateway.settings import Settings
+from gateway.audit.chain import verify_file
+from gateway.settings.model import Settings
 from tests.gateway.conftest import audit_records, auth
 
 pytestmark = pytest.mark.integration
@@ -107,7 +107,7 @@ async def test_limits_are_clamped_to_the_tenant_ceiling(client: TestClient, toke
 def _forged(settings: Settings, **overrides: Any) -> str:
     from pathlib import Path
 
-    from gateway.keys import load_or_create_dev_secret
+    from gateway.auth.keys import load_or_create_dev_secret
 
     secret = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
     claims = {

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.gateway.conftest import audit_records, auth
 
 pytestmark = pytest.mark.integration

@@ -244,7 +244,7 @@ async def _value(engine: PolicyEngine, doc: dict[str, Any]) -> Any:
 
     rego-cpp orders strings by their JSON-escaped text, so lists of reasons that
     hold quotes or control characters may come in another order; the gateway
-    sorts both (gateway/decision.py), and only their content is the decision.
+    sorts both (gateway/policy/decision.py), and only their content is the decision.
     """
     try:
         value = (await engine.decide(doc)).value

@@ -18,10 +18,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
-from gateway.keys import load_or_create_dev_secret
+from gateway.auth.keys import load_or_create_dev_secret
+from gateway.auth.tokens import mint_token
 from gateway.policy.sources import fingerprint
-from gateway.settings import Settings
-from gateway.tokens import mint_token
+from gateway.settings.model import Settings
 from tests.gateway.conftest import audit_records, auth, make_settings
 from tests.policies.opa_server import POLICIES, OpaServer, free_port
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.audit import AuditLog
+from gateway.audit.log import AuditLog
 from gateway.policy.base import PolicyEngine
 from gateway.policy.opa import OpaEngine
 from gateway.policy.reload import PolicyReloader

@@ -24,7 +24,7 @@ from gateway.app import create_app
 from gateway.appkeys import SERVICES
 from gateway.policy.inputs import decision_inputs_path, read_kept
 from gateway.policy.replay import opa_decision_log
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.gateway.conftest import REPO, auth, make_settings
 
 SECRET_CODE = "print('SECRET-IN-THE-CODE-1234')"

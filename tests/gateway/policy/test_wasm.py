@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.policy.base import PolicyEngineError
-from gateway.policy.opa_build import OpaNotFound, find_opa_binary
+from gateway.policy.compiler import OpaNotFound, find_opa_binary
 from gateway.policy.wasm import WasmEngine
 from tests.gateway.policy.conftest import TIMEOUT_MS, write_policy
 from tests.policies.inputs import base_input

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.keys import load_or_create_dev_secret
-from gateway.tokens import mint_token
+from gateway.auth.keys import load_or_create_dev_secret
+from gateway.auth.tokens import mint_token
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -9,10 +9,10 @@ from dataclasses import asdict
 
 import pytest
 
-from gateway.approvals import Approval, ApprovalError
+from gateway.approvals.records import Approval, ApprovalError
 from gateway.state.redis_approvals import RedisApprovalStore
 from gateway.state.redis_state import RedisState
-from tests.gateway.test_approvals import assert_one_winner
+from tests.gateway.approvals.test_records import assert_one_winner
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration  # drives a real Redis

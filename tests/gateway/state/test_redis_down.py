@@ -10,7 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
-from gateway.settings import load_settings
+from gateway.settings.model import load_settings
 from tests.gateway.state.gateways import gateway_env, token
 from tests.redis_server import RedisServer
 

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from gateway.admission import Admission
+from gateway.admission.gate import Admission
 from gateway.errors import GatewayError
-from gateway.settings import AdmissionSettings, TenantSettings
+from gateway.settings.model import AdmissionSettings, TenantSettings
 from gateway.state.memory import MemoryState
 from gateway.state.redis_state import RedisState
 from tests.redis_server import RedisServer

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from gateway.serve_process import GatewayProcess
+from gateway.bench.process import GatewayProcess
 from tests.gateway.state.gateways import gateway_env, token
 from tests.redis_server import RedisServer
 

@@ -1,0 +1,155 @@
+"""What one sandbox container is, as the engine's create request (pure functions).
+
+A container is made for one *shape* (memory, CPUs, processes, disk: what the
+engine fixes at creation) and runs the launcher as PID 1, as the unprivileged user,
+on a read-only image with no network, no capabilities, no new privileges, the
+seccomp profile, size-capped tmpfs mounts for /workspace, /tmp, /dev/shm and /code,
+ulimits, and only the environment given here. No host path is mounted but the
+generated /etc/hosts, /etc/hostname and /etc/resolv.conf (etc.py), read-only,
+in place of the engine's own copies from its data root.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from backends.base import ExecSpec, Limits
+from backends.docker.etc import FILES as ETC_FILES
+from backends.docker.settings import DockerSettings
+
+MIB = 1024 * 1024
+LAUNCHER_SOURCE = Path(__file__).with_name("launcher.py")
+# Docker's defaults, plus the host's cgroup tree (read-only, but it shows the host).
+MASKED_PATHS = [
+    "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+    "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+    "/sys/firmware", "/sys/fs/cgroup",
+]  # fmt: skip
+LABEL_PREFIX = "execgate."
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What a container is created with and cannot change afterwards."""
+
+    memory_mb: int
+    cpus: float
+    pids: int
+    disk_mb: int
+
+    @classmethod
+    def of(cls, limits: Limits) -> Shape:
+        return cls(limits.memory_mb, limits.cpus, limits.pids, limits.disk_mb)
+
+
+def rlimit_cpu_s(settings: DockerSettings) -> int:
+    """Per-process CPU seconds: beyond any deadline at any quota (a backstop only)."""
+    return math.ceil(settings.max_timeout_s * max(settings.max_cpus, 1.0)) + 1
+
+
+def container_request(
+    settings: DockerSettings,
+    image: str,
+    shape: Shape,
+    labels: dict[str, str],
+    launcher: str,
+    seccomp_json: str = "",
+    etc_dir: str = "",
+) -> dict[str, Any]:
+    """The engine's create request (API body) for one sandbox of `shape`; `etc_dir`
+    holds the generated network files (etc.py)."""
+    s = settings
+    memory = (shape.memory_mb + s.memory_overhead_mb) * MIB
+    ulimits = [
+        {"Name": "core", "Soft": 0, "Hard": 0},
+        {"Name": "nofile", "Soft": s.rlimit_nofile, "Hard": s.rlimit_nofile},
+        {"Name": "fsize", "Soft": s.max_disk_mb * MIB, "Hard": s.max_disk_mb * MIB},
+        {"Name": "cpu", "Soft": rlimit_cpu_s(s), "Hard": rlimit_cpu_s(s)},
+    ]
+    if s.pids_limit_mode == "rlimit":
+        ulimits.append({"Name": "nproc", "Soft": shape.pids + 1, "Hard": shape.pids + 1})
+        pids_limit = s.host_pids_limit
+    else:
+        pids_limit = shape.pids + 1  # + the launcher
+    uid, gid = s.user.split(":")
+    disk = f"size={shape.disk_mb}m,nr_inodes={max(1024, shape.disk_mb * 256)}"
+    security = ["no-new-privileges"]
+    if seccomp_json:  # the profile file's content, read at start-up
+        security.append("seccomp=" + seccomp_json)
+    host_config: dict[str, Any] = {
+        "NetworkMode": "none",
+        "ReadonlyRootfs": True,
+        "CapDrop": ["ALL"],
+        "SecurityOpt": security,
+        "Privileged": False,
+        "Init": False,  # the launcher is PID 1 and reaps; containers are killed, not stopped
+        "AutoRemove": False,  # the exit status and OOMKilled are read before removal
+        "Memory": memory,
+        "MemorySwap": memory,  # no swap
+        "NanoCpus": int(shape.cpus * 1e9),
+        "PidsLimit": pids_limit,
+        "Ulimits": ulimits,
+        "ShmSize": shape.disk_mb * MIB,
+        "IpcMode": "private",
+        "Tmpfs": {
+            "/workspace": f"{disk},mode=0700,uid={uid},gid={gid}",
+            "/tmp": f"{disk},mode=1777",
+            "/code": f"size={s.code_tmpfs_mb}m,nr_inodes=64,mode=0755,uid={uid},gid={gid}",
+        },
+        "MaskedPaths": MASKED_PATHS,
+        "Mounts": etc_mounts(etc_dir) if etc_dir else [],
+        "Runtime": s.runtime,
+        "LogConfig": {"Type": "none", "Config": {}},
+    }
+    return {
+        "Image": image,
+        "Cmd": [s.launcher_python, "-I", "-S", "-c", launcher],
+        "User": s.user,
+        "Env": [f"{key}={value}" for key, value in s.env.items()],
+        "WorkingDir": "/workspace",
+        "Hostname": "sandbox",
+        "Labels": labels,
+        "Tty": False,
+        "OpenStdin": True,
+        # When the gateway's attach connection drops, the launcher reads EOF: a
+        # container made ahead exits by itself if its gateway dies.
+        "StdinOnce": True,
+        "AttachStdin": True,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "NetworkDisabled": True,
+        "HostConfig": host_config,
+    }
+
+
+def etc_mounts(etc_dir: str) -> list[dict[str, Any]]:
+    """The generated files over the engine's: a mount of the user's own at these
+    paths makes the engine leave its copies (and their host paths) out."""
+    return [
+        {"Type": "bind", "Source": f"{etc_dir}/{name}", "Target": f"/etc/{name}",
+         "ReadOnly": True, "BindOptions": {"Propagation": "rprivate"}}
+        for name in ETC_FILES
+    ]  # fmt: skip
+
+
+def launch_request(
+    settings: DockerSettings, spec: ExecSpec, code: bytes, nonce: str
+) -> dict[str, Any]:
+    """The header the launcher reads: everything about this execution but its bytes."""
+    runtime = settings.runtimes[spec.language]
+    return {
+        "nonce": nonce,
+        "argv": runtime.argv,
+        "filename": runtime.filename,
+        "env": settings.env,
+        "code_bytes": len(code),
+        "files": [[f.path, len(f.content)] for f in spec.files],
+        "stdin_bytes": len(spec.stdin),
+        "backstop_s": spec.limits.timeout_s + settings.backstop_margin_s,
+        "max_files": settings.max_output_files,
+        "max_file_bytes": settings.max_output_file_bytes,
+        "max_total_bytes": settings.max_output_total_bytes,
+    }

@@ -1,0 +1,83 @@
+"""Settings of the docker backends: the `[backends.docker]` and `[backends.docker-gvisor]` tables.
+
+Every default is the safe one: no network, a read-only image run as an unprivileged
+user without capabilities, the bundled seccomp allowlist, tmpfs workspaces, explicit
+environment only. The two backends differ only in their runtime and in how the
+process count is capped (see `pids_limit_mode`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field, field_validator
+
+from backends.ceilings import SandboxCeilings
+from backends.runtimes import RuntimeSettings, default_runtimes
+
+
+class DockerSettings(SandboxCeilings):
+    model_config = ConfigDict(extra="forbid")
+
+    # The engine's API: explicit, never taken from DOCKER_* variables of the gateway.
+    docker_host: str = "unix:///var/run/docker.sock"
+    # Empty: the image `make images` builds from the bundled recipe, tagged by its hash.
+    # Any other image needs a python3 (for the launcher) and the runtimes' paths.
+    image: str = ""
+    runtime: str = "runc"
+    # The launcher (backends/docker/launcher.py) runs with this interpreter as PID 1.
+    launcher_python: str = "/usr/bin/python3"
+    # "uid:gid" the container runs as: unprivileged, owning nothing on the host.
+    user: str = Field("150000:150000", pattern=r"^[1-9][0-9]{3,9}:[1-9][0-9]{3,9}$")
+    # "bundled": the allowlist all backends share (backends/seccomp.kafel, see
+    # seccomp.py); "engine": the engine's default profile; else a JSON file.
+    seccomp_profile: str = "bundled"
+    runtimes: dict[str, RuntimeSettings] = Field(default_factory=default_runtimes)
+    env: dict[str, str] = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace",
+                           "LANG": "C.UTF-8"}  # fmt: skip
+
+    # "cgroup": the engine's pids limit (runc: it counts the program's processes).
+    # "rlimit": RLIMIT_NPROC inside the sandbox (gVisor: its kernel counts them per
+    # sandbox, while the host cgroup sees only its own threads), with
+    # `host_pids_limit` as the host cgroup's backstop.
+    pids_limit_mode: Literal["cgroup", "rlimit"] = "cgroup"
+    host_pids_limit: int = Field(1024, ge=64, le=65536)
+    # On top of the request's memory: the launcher (and gVisor's kernel) live in the
+    # same memory cgroup as the program.
+    memory_overhead_mb: int = Field(16, ge=0, le=4096)
+    # /code holds the program file; the gateway caps request bodies well below this.
+    code_tmpfs_mb: int = Field(16, ge=1, le=1024)
+    rlimit_nofile: int = Field(256, ge=16, le=65536)
+    # Seconds the launcher's own deadline trails ours (a backstop if the gateway dies).
+    backstop_margin_s: int = Field(2, ge=1, le=60)
+
+    # Containers started ahead of requests, each used once (0: start on demand).
+    pool_size: int = Field(2, ge=0, le=64)
+    # A waiting container older than this is thrown away rather than used.
+    pool_max_age_s: int = Field(300, ge=1, le=86400)
+    # Containers of dead gateway instances are removed at start and this often.
+    reap_interval_s: float = Field(60.0, gt=0)
+    # Engine API calls (create, start, remove...) run on this many threads.
+    engine_threads: int = Field(16, ge=2, le=256)
+    engine_timeout_s: float = Field(30.0, gt=0)
+    # How long a container may take from create to its launcher saying it is ready.
+    start_timeout_s: float = Field(30.0, gt=0)
+
+    @field_validator("env")
+    @classmethod
+    def _plain_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            if not key or "=" in key or "\x00" in key + item:
+                raise ValueError(f"environment variable {key!r} is not a plain NAME=value")
+        return value
+
+
+class GvisorSettings(DockerSettings):
+    runtime: str = "runsc"
+    # runsc with its own netstack on the links of a holder's namespace (controlled
+    # egress: backends/egress/veth.py); registered by deploy/docker/start-dockerd.sh.
+    # "": runsc --network=none only (loopback, no egress, nothing recorded).
+    egress_runtime: str = "runsc-egress"
+    pids_limit_mode: Literal["cgroup", "rlimit"] = "rlimit"
+    # gVisor's kernel (the Sentry) and its file proxy share the container's cgroup.
+    memory_overhead_mb: int = Field(64, ge=0, le=4096)

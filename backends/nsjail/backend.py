@@ -1,0 +1,331 @@
+"""The nsjail backend: one fresh, namespaced, cgroup-limited jail per execution.
+
+Each sandbox (sandbox.py) has its own tmpfs (the disk cap) holding the
+code, workspace, /tmp and /dev/shm; its own cgroup (memory, pids, CPU), which a
+/bin/sh shim joins before exec'ing nsjail, so nsjail and everything it starts
+are inside from the first instruction; and nsjail's new user, pid, mount,
+ipc, uts and cgroup namespaces, a network namespace whose only ways out are
+the gateway's (backends/egress/), the sandbox user mapped to an
+unprivileged host uid, a seccomp allowlist and read-only runtime directories.
+
+Making a sandbox (nsjail's own start-up, namespaces, mounts) costs more than a
+small program's whole run, so this backend keeps a few made ahead of requests
+(`warm_pool_size`), jailed and waiting for their launch line; each is used for
+exactly one execution and destroyed after it. The gateway process must be root
+(mounts, uid mapping, cgroups).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import itertools
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, ClassVar
+
+from backends.attempts import Source, StartFailures, acquire
+from backends.base import (
+    BackendError,
+    Capabilities,
+    ExecResult,
+    ExecSpec,
+    Health,
+    Limits,
+    SandboxBackend,
+)
+from backends.ceilings import clamp as clamp_limits
+from backends.cgroups import CgroupError, CgroupManager, detect
+from backends.egress.addresses import NameResolver
+from backends.nsjail.host import (
+    available_languages,
+    check_binary,
+    check_root,
+    default_nsjail_binary,
+    owner_alive,
+    prepare_state_dir,
+)
+from backends.nsjail.sandbox import Sandbox, SandboxFactory
+from backends.nsjail.seccomp_audit import SeccompWatcher, syscall_names
+from backends.nsjail.settings import NsjailSettings
+from backends.workspace import WorkspaceError, WorkspaceManager
+
+log = logging.getLogger(__name__)
+
+SMOKE_CODE = {"bash": "exit 0", "python": "pass", "javascript": "0"}
+
+
+class NsjailBackend(SandboxBackend):
+    name = "nsjail"
+    Settings = NsjailSettings
+    # What makes, runs and releases one sandbox (a test may put a subclass here).
+    Factory: ClassVar[type[SandboxFactory]] = SandboxFactory
+
+    def __init__(
+        self, settings: NsjailSettings | None = None, *, egress_resolver: NameResolver | None = None
+    ) -> None:
+        self.settings = settings or NsjailSettings()
+        # How the egress proxy resolves names (tests give their own; None: the host's).
+        self.egress_resolver = egress_resolver
+        s = self.settings
+        self.binary = Path(s.nsjail_path) if s.nsjail_path else default_nsjail_binary()
+        self.state_dir = Path(s.state_dir).absolute()
+        self.etc_dir = self.state_dir / "etc"
+        self.policy_path = (
+            Path(s.seccomp_policy) if s.seccomp_policy else self.state_dir / "seccomp.kafel"
+        )
+        self.workspaces = WorkspaceManager(
+            self.state_dir / "runs", s.sandbox_uid, s.sandbox_gid, s.inodes_per_mb
+        )
+        self.cgroups: CgroupManager | None = None
+        self._factory: SandboxFactory | None = None
+        self._prefix = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self._counter = itertools.count(1)
+        self._live: dict[str, Sandbox] = {}
+        # Sandboxes made ahead of requests, oldest first; each is used once.
+        self._pool: collections.deque[Sandbox] = collections.deque()
+        self._filling = 0
+        self._fill_error = ""
+        self._background: set[asyncio.Future[None]] = set()
+        self._closing = False
+        self._languages: frozenset[str] = frozenset(s.runtimes)
+        self._max = s.max_limits()
+        self.start_failures = StartFailures()
+        # Names refused syscalls (settings.seccomp_log) from the kernel log.
+        self._seccomp: SeccompWatcher | None = None
+
+    @property
+    def instance_prefix(self) -> str:
+        """Names of this instance's per-sandbox cgroups and directories start so."""
+        return self._prefix
+
+    # --- SandboxBackend ------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            languages=self._languages,
+            max_limits=self._max,
+            egress=True,
+            usage_accounting=True,
+            extra={
+                "cgroup": self.cgroups.version if self.cgroups else None,
+                "seccomp": "allowlist",
+                "sandbox_uid": self.settings.sandbox_uid,
+                "warm_pool_size": self.settings.warm_pool_size,
+            },
+        )
+
+    async def start(self) -> None:
+        self._closing = False
+        await asyncio.to_thread(self._start_sync)
+        if self.settings.seccomp_log and self._seccomp is None:
+            self._seccomp = SeccompWatcher(await asyncio.to_thread(syscall_names))
+            try:
+                self._seccomp.start()
+            except OSError as exc:
+                self._seccomp = None
+                raise BackendError(f"seccomp_log: cannot read /dev/kmsg: {exc}") from exc
+        # One real sandbox per language: proves nsjail, the seccomp policy, the
+        # mounts and each runtime together, before any request depends on them.
+        for language in sorted(self._languages):
+            smoke = ExecSpec(
+                execution_id=f"smoke-test-{language}",
+                language=language,
+                code=SMOKE_CODE.get(language, ""),
+                limits=Limits(timeout_s=30, memory_mb=256, pids=32, disk_mb=1),
+            )
+            try:
+                result = await self.run(smoke)
+            except BackendError as exc:
+                await self.close()
+                raise BackendError(f"nsjail smoke test ({language}) failed: {exc}") from exc
+            if result.status != "ok":
+                await self.close()
+                detail = result.stderr.decode(errors="replace")[-500:]
+                raise BackendError(
+                    f"nsjail smoke test ({language}) ended {result.status}: {detail}"
+                )
+
+    async def health(self) -> Health:
+        problems = []
+        if not os.access(self.binary, os.X_OK):
+            problems.append(f"nsjail binary {self.binary} is not executable")
+        if self.cgroups is None:
+            problems.append("backend not started")
+        elif problem := self.cgroups.problem():
+            problems.append(problem)
+        if not self.policy_path.is_file():
+            problems.append(f"seccomp policy {self.policy_path} is missing")
+        if not self.workspaces.runs_dir.is_dir():
+            problems.append(f"state directory {self.workspaces.runs_dir} is missing")
+        if self._fill_error and not self._pool:
+            problems.append(f"sandboxes cannot be made ahead: {self._fill_error}")
+        if problems:
+            return Health(ok=False, detail="; ".join(problems))
+        return Health(ok=True, detail=f"{len(self._live)} running, {len(self._pool)} ready")
+
+    async def close(self) -> None:
+        self._closing = True
+        while self._pool:
+            await self._require_factory().dispose(self._pool.popleft())
+        # Stop what still runs; each run() then winds down and releases its sandbox.
+        for sandbox in list(self._live.values()):
+            sandbox.stop.set()
+        for _ in range(500):
+            if not self._live and not self._filling and not self._background:
+                break
+            await asyncio.sleep(0.01)
+        while self._pool:  # made while we waited
+            await self._require_factory().dispose(self._pool.popleft())
+        await asyncio.to_thread(self._reap, lambda name: not name.startswith(self._prefix))
+        if self._seccomp is not None:
+            self._seccomp.close()
+            self._seccomp = None
+
+    async def run(self, spec: ExecSpec) -> ExecResult:
+        factory = self._require_factory()
+        if spec.language not in self._languages:
+            raise BackendError(f"nsjail backend does not serve language {spec.language!r}")
+        spec = dataclasses.replace(spec, limits=self.clamp(spec.limits))
+        source = Source(
+            take=self._take_pooled,
+            dead=factory.dead,
+            make=lambda: factory.make(self._next_name()),
+            discard=lambda sandbox: self._in_background(factory.dispose(sandbox)),
+        )
+        s = self.settings
+        try:
+            sandbox, failed = await acquire(
+                source, s.start_attempts, s.start_deadline_s, self.start_failures
+            )
+        except BackendError:
+            self._replenish()  # in place of the dead and the failed
+            raise
+        self._live[sandbox.name] = sandbox
+        seccomp = self._seccomp
+        if seccomp is not None:
+            seccomp.watch(sandbox.name)
+        try:
+            await asyncio.to_thread(factory.configure, sandbox, spec)
+            outcome = await factory.execute(sandbox, spec)
+            network, network_events = await sandbox.egress.finish()
+            refused = seccomp.events(sandbox.name) if seccomp is not None else ()
+            result = await asyncio.to_thread(factory.finish, sandbox, spec, outcome)
+            events = failed + result.events + refused + network_events
+            return dataclasses.replace(result, network=network, events=events)
+        finally:
+            if seccomp is not None:
+                seccomp.events(sandbox.name)  # stops watching, whatever happened
+            if not sandbox.released:
+                # Tracked: if this request is cancelled, disposal goes on regardless.
+                await asyncio.shield(self._in_background(factory.dispose(sandbox)))
+            self._in_background(sandbox.egress.closed())  # off the request's path
+            self._live.pop(sandbox.name, None)
+            # Only now: making a sandbox while this one starts would slow it down.
+            self._replenish()
+
+    # --- the pool of sandboxes made ahead ---------------------------------------------
+
+    @property
+    def running_sandboxes(self) -> frozenset[str]:
+        """Names of the sandboxes running an execution right now."""
+        return frozenset(self._live)
+
+    @property
+    def ready_sandboxes(self) -> frozenset[str]:
+        """Names of the sandboxes made ahead and waiting for a request."""
+        return frozenset(sandbox.name for sandbox in self._pool)
+
+    async def wait_settled(self, timeout_s: float = 10.0) -> None:
+        """Wait until no sandbox is being made or disposed of in the background."""
+        async with asyncio.timeout(timeout_s):
+            while self._background:
+                await asyncio.gather(*self._background, return_exceptions=True)
+
+    def _require_factory(self) -> SandboxFactory:
+        if self._factory is None:
+            raise BackendError("nsjail backend used before start()")
+        return self._factory
+
+    def _next_name(self) -> str:
+        return f"{self._prefix}-{next(self._counter)}"
+
+    def _take_pooled(self) -> Sandbox | None:
+        """The oldest waiting sandbox young enough, or None; whether it is still
+        alive is the caller's check (backends/attempts.py), so that one that died
+        while it waited is recorded, not just dropped."""
+        factory = self._require_factory()
+        max_age = self.settings.warm_max_age_s
+        while self._pool:
+            sandbox = self._pool.popleft()
+            if time.monotonic() - sandbox.created < max_age:
+                return sandbox
+            self._in_background(factory.dispose(sandbox))
+        return None
+
+    def _replenish(self) -> None:
+        while not self._closing and len(self._pool) + self._filling < self.settings.warm_pool_size:
+            self._filling += 1
+            self._in_background(self._fill_one())
+
+    async def _fill_one(self) -> None:
+        factory = self._require_factory()
+        try:
+            sandbox = await factory.make(self._next_name())
+        except Exception as exc:  # a background task: nothing else would see it
+            self._fill_error = str(exc)
+            log.warning("nsjail: cannot make a sandbox ahead: %s", exc)
+            self.start_failures.record(exc, background=True)
+            return
+        finally:
+            self._filling -= 1
+        self._fill_error = ""
+        if self._closing:
+            await factory.dispose(sandbox)
+        else:
+            self._pool.append(sandbox)
+
+    def _in_background(self, coro: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    # --- helpers -----------------------------------------------------------------
+
+    def clamp(self, limits: Limits) -> Limits:
+        return clamp_limits(limits, self._max)
+
+    def _start_sync(self) -> None:
+        s = self.settings
+        check_binary(self.binary)
+        check_root(s)
+        self._languages = available_languages(s)
+        try:
+            prepare_state_dir(self.state_dir, self.policy_path, not s.seccomp_policy, s.hostname)
+            self.workspaces.prepare()
+            self.cgroups = detect(Path(s.cgroup_root), s.cgroup_parent, s.cgroup_version)
+            self.cgroups.prepare()
+        except (OSError, CgroupError) as exc:
+            raise BackendError(f"nsjail backend cannot start: {exc}") from exc
+        self._reap(owner_alive)
+        self._factory = self.Factory(
+            s, self.binary, self.etc_dir, self.policy_path, self.workspaces, self.cgroups,
+            self.egress_resolver,
+        )  # fmt: skip
+
+    def _reap(self, keep: Callable[[str], bool]) -> None:
+        try:
+            gone = self.workspaces.reap(keep)
+            if self.cgroups is not None:
+                gone += self.cgroups.reap(keep)
+        except (OSError, CgroupError, WorkspaceError) as exc:
+            raise BackendError(f"cannot remove leftover sandboxes: {exc}") from exc
+        if gone:
+            log.warning("nsjail: removed %d leftover sandbox resources", len(gone))

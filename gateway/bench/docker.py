@@ -1,0 +1,137 @@
+"""The docker backends in `execgate bench`: `docker run --rm` against the backend.
+
+For each runtime (runc: `docker`, runsc: `docker-gvisor`), side by side: the
+engine's own CLI running the same program in a fresh container (`docker run --rm`,
+no network, the same image), the backend with no pool (every execution creates,
+starts and removes its container), and the backend served from its pool of
+containers started ahead. Latency is measured one execution at a time (for the
+pool: with a container waiting, which is what the pool is for); throughput at
+concurrency 1 and 4 without waiting, so the pooled figure also shows how fast the
+engine can start replacements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from backends.base import BackendError, ExecSpec, Limits
+from backends.docker.backend import DockerBackend
+from backends.docker.gvisor import GvisorBackend
+from backends.docker.settings import DockerSettings, GvisorSettings
+from gateway.bench.measure import percentiles, throughput, timed
+from gateway.context import new_id
+
+CODE = "print(1)"
+POOL_SIZE = 4
+
+
+async def docker_bench(runs: int) -> dict[str, Any]:
+    """{"runc": {...}, "runsc": {...}}; a runtime that cannot run says why instead."""
+    if shutil.which("docker") is None:
+        return {"skipped": "no docker CLI on PATH"}
+    n = max(10, runs // 2)
+    results: dict[str, Any] = {}
+    for runtime, cls, settings in (
+        ("runc", DockerBackend, DockerSettings),
+        ("runsc", GvisorBackend, GvisorSettings),
+    ):
+        try:
+            results[runtime] = await _one_runtime(runtime, cls, settings, n)
+        except BackendError as exc:
+            results[runtime] = {"skipped": str(exc)}
+    return results
+
+
+async def _one_runtime(
+    runtime: str,
+    cls: type[DockerBackend],
+    settings_cls: type[DockerSettings],
+    n: int,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    cold = cls(settings_cls(pool_size=0))
+    await cold.start()
+    try:
+        image = cold.image
+
+        async def cli() -> None:
+            proc = await asyncio.create_subprocess_exec(
+                "docker", "run", "--rm", "--network", "none", "--runtime", runtime, image,
+                "/usr/bin/python3", "-I", "-c", CODE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            stdout, _ = await proc.communicate()
+            if stdout != b"1\n":
+                raise BackendError(f"docker run printed {stdout!r}")
+
+        out["cli_run_rm"] = percentiles(await timed(cli, n))
+        out["cli_run_rm_throughput"] = [await throughput(cli, c, max(n, 4 * c)) for c in (1, 4)]
+        out["backend_cold"] = percentiles(await timed(_execute(cold), n))
+        out["backend_cold_throughput"] = [
+            await throughput(_execute(cold), c, max(n, 4 * c)) for c in (1, 4)
+        ]
+    finally:
+        await cold.close()
+
+    pooled = cls(settings_cls(pool_size=POOL_SIZE))
+    await pooled.start()
+    try:
+        run = _execute(pooled)
+        samples = []
+        for _ in range(n + 3):
+            await pooled.wait_settled()  # a container is waiting, as the pool intends
+            t0 = time.perf_counter()
+            await run()
+            samples.append(time.perf_counter() - t0)
+        out["backend_pooled"] = percentiles(samples[3:])
+        out["pool_hits"] = pooled.pool.hits
+        out["backend_pooled_throughput"] = []
+        for c in (1, 4):
+            await pooled.wait_settled()
+            out["backend_pooled_throughput"].append(await throughput(run, c, max(n, 4 * c)))
+    finally:
+        await pooled.close()
+    out["pooled_vs_cli_p50"] = round(
+        out["cli_run_rm"]["p50_ms"] / out["backend_pooled"]["p50_ms"], 1
+    )
+    return out
+
+
+def _execute(backend: DockerBackend) -> Callable[[], Awaitable[None]]:
+    async def execute() -> None:
+        result = await backend.run(ExecSpec(new_id("exe"), "python", CODE, Limits()))
+        if result.stdout != b"1\n":
+            raise BackendError(f"unexpected sandbox result: {result}")
+
+    return execute
+
+
+def render_docker(results: dict[str, Any]) -> list[str]:
+    lines = ["", f"{'docker backends':<28}  {'n':>5}  {'p50 ms':>9}  {'p99 ms':>9}"]
+    if "skipped" in results:
+        return [*lines, f"  skipped: {results['skipped']}"]
+    throughput = [f"{'docker throughput':<28}  {'conc':>5}  {'exec/s':>9}  {'p50 ms':>9}  "
+                  f"{'p99 ms':>9}"]  # fmt: skip
+    for runtime, r in results.items():
+        if "skipped" in r:
+            lines.append(f"  {runtime}: skipped: {r['skipped'][:200]}")
+            continue
+        for key in ("cli_run_rm", "backend_cold", "backend_pooled"):
+            p = r[key]
+            lines.append(f"{runtime + ' ' + key:<28}  {p['n']:>5}  {p['p50_ms']:>9.2f}  "
+                         f"{p['p99_ms']:>9.2f}")  # fmt: skip
+            for t in r[key + "_throughput"]:
+                throughput.append(
+                    f"{runtime + ' ' + key:<28}  {t['concurrency']:>5}  {t['per_s']:>9}  "
+                    f"{t['p50_ms']:>9.2f}  {t['p99_ms']:>9.2f}"
+                )
+        lines.append(
+            f"{runtime}: pooled vs `docker run --rm` (p50): {r['pooled_vs_cli_p50']}x faster "
+            "(target >= 3x)"
+        )
+    return [*lines, "", *throughput]

@@ -1,0 +1,267 @@
+"""`execgate bench`: side-by-side measurements in one run on one machine (SPEC section 9).
+
+Everything is loopback: the gateway is started in this process on 127.0.0.1 with a
+temporary audit log, state and key, and driven by a real HTTP client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from backends import backend_class
+from backends.base import ExecSpec, Limits
+from backends.egress.boundary import open_boundary
+from gateway.app import create_app
+from gateway.appkeys import SERVICES
+from gateway.bench.docker import docker_bench, render_docker
+from gateway.bench.measure import percentiles, throughput, timed
+from gateway.bench.policy import DECISIONS, POLICIES, local_opa, sample_input
+from gateway.context import new_id
+from gateway.policy.embedded import EmbeddedEngine
+from gateway.settings.model import Settings, load_settings
+
+PYTHON = "/usr/bin/python3"
+CODE = "print(1)"
+
+
+def bench_settings(root: Path, backend: str, **extra: str) -> Settings:
+    env = {
+        **extra,
+        "EXECGATE_AUDIT_PATH": str(root / "audit.jsonl"),
+        "EXECGATE_STATE_PATH": str(root / "state.db"),
+        "EXECGATE_AUTH_HS256_SECRET_FILE": str(root / "hs256.key"),
+        "EXECGATE_APPROVALS_SIGNING_KEY_FILE": str(root / "approval-ed25519.pem"),
+        "EXECGATE_BACKENDS_DEFAULT": backend,
+        "EXECGATE_TENANTS_BENCH_RATE_PER_S": "100000",
+        "EXECGATE_TENANTS_BENCH_BURST": "100000",
+        "EXECGATE_TENANTS_BENCH_MAX_CONCURRENT": "64",
+    }
+    if backend == "nsjail":
+        env["EXECGATE_BACKENDS_NSJAIL_STATE_DIR"] = str(root / "sandboxes")
+    return load_settings(None, env=env)
+
+
+class Gateway:
+    """A gateway on an ephemeral loopback port, plus a client with a bench token."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.runner: web.AppRunner | None = None
+        self.session: aiohttp.ClientSession | None = None
+        self.url = ""
+        self.token = ""
+
+    async def __aenter__(self) -> Gateway:
+        from gateway.auth.tokens import load_or_create_dev_secret, mint_token
+
+        self.runner = web.AppRunner(create_app(self.settings), access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = self.runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}/v1/executions"
+        secret = load_or_create_dev_secret(Path(self.settings.auth.hs256_secret_file))
+        self.token = mint_token(
+            secret, tenant="bench", sub="bench", scopes=["exec:python"], ttl_s=3600
+        )
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=64),
+            headers={"Authorization": f"Bearer {self.token}"},
+        )
+        return self
+
+    @property
+    def services(self) -> Any:
+        assert self.runner is not None
+        return self.runner.app[SERVICES]
+
+    async def execute(self) -> dict[str, Any]:
+        assert self.session is not None
+        async with self.session.post(self.url, json={"language": "python", "code": CODE}) as r:
+            body = await r.json()
+            if r.status != 200:
+                raise RuntimeError(f"gateway answered {r.status}: {body}")
+            return body
+
+    async def execute_streamed(self) -> None:
+        """The same execution answered as Server-Sent Events, read to the result."""
+        assert self.session is not None
+        headers = {"Accept": "text/event-stream"}
+        body = {"language": "python", "code": CODE}
+        async with self.session.post(self.url, json=body, headers=headers) as r:
+            text = await r.text()
+            if r.status != 200 or "event: result" not in text:
+                raise RuntimeError(f"gateway answered {r.status}: {text[:300]}")
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.session is not None:
+            await self.session.close()
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+async def run_bench(runs: int) -> dict[str, Any]:
+    results: dict[str, Any] = {"code": CODE, "runs": runs}
+
+    async def bare() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            PYTHON, "-I", "-c", CODE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        await proc.wait()
+
+    results["bare_python"] = percentiles(await timed(bare, runs))
+
+    async def egress_boundary() -> None:
+        # A sandbox's network set-up (made ahead of requests, off their path).
+        fds = await asyncio.to_thread(open_boundary)
+        fds.close()
+
+    results["egress_boundary"] = percentiles(await timed(egress_boundary, runs))
+
+    with tempfile.TemporaryDirectory(prefix="execgate-bench-") as tmp:
+        os.chmod(tmp, 0o711)  # the sandbox uid walks through it to its workspace
+        root = Path(tmp)
+        settings = bench_settings(root, "nsjail")
+        backend = backend_class("nsjail")(settings.backend_settings("nsjail"))  # type: ignore[call-arg]
+        await backend.start()
+        try:
+
+            async def direct() -> None:
+                spec = ExecSpec(new_id("exe"), "python", CODE, Limits())
+                result = await backend.run(spec)
+                if result.stdout != b"1\n":
+                    raise RuntimeError(f"unexpected sandbox result: {result}")
+
+            results["nsjail_backend"] = percentiles(await timed(direct, runs))
+        finally:
+            await backend.close()
+
+        async with Gateway(settings) as gw:
+            results["gateway_nsjail"] = percentiles(await timed(gw.execute, runs))
+            results["gateway_nsjail_throughput"] = [
+                await throughput(gw.execute, c, max(runs, 4 * c)) for c in (1, 4, 16)
+            ]
+            # Live output costs no throughput: the same runs answered as events.
+            results["gateway_nsjail_streamed_throughput"] = [
+                await throughput(gw.execute_streamed, 4, max(runs, 16))
+            ]
+
+        async with Gateway(bench_settings(root / "noop", "noop")) as gw:
+            results["gateway_noop"] = percentiles(await timed(gw.execute, runs * 5))
+            results["gateway_noop_throughput"] = [
+                await throughput(gw.execute, c, runs * 10) for c in (1, 4, 16)
+            ]
+            svc_engine = gw.services.engine
+            doc = sample_input()
+            results["policy_embedded"] = percentiles(
+                await timed(lambda: svc_engine.decide(doc), max(DECISIONS, runs * 50))
+            )
+        # The older in-process evaluator (policy.engine = "rego-cpp"), for comparison.
+        rego_cpp = EmbeddedEngine(POLICIES, timeout_ms=10_000)
+        await rego_cpp.start()
+        try:
+            results["policy_rego_cpp"] = percentiles(
+                await timed(lambda: rego_cpp.decide(doc), max(DECISIONS, runs * 50))
+            )
+        finally:
+            await rego_cpp.close()
+
+        # The same two measurements with OPA as the policy engine.
+        async with local_opa(root / "opa") as opa:
+            opa_env = {"EXECGATE_POLICY_ENGINE": "opa", "EXECGATE_POLICY_OPA_URL": opa.url}
+            async with Gateway(bench_settings(root / "noop-opa", "noop", **opa_env)) as gw:
+                results["gateway_noop_opa"] = percentiles(await timed(gw.execute, runs * 5))
+                svc_engine = gw.services.engine
+                results["policy_opa"] = percentiles(
+                    await timed(lambda: svc_engine.decide(doc), max(DECISIONS, runs * 50))
+                )
+
+    bare_p50 = results["bare_python"]["p50_ms"]
+    nsjail_p50 = results["nsjail_backend"]["p50_ms"]
+    gw_p50 = results["gateway_nsjail"]["p50_ms"]
+    results["ratios"] = {
+        "nsjail_vs_bare_p50": round(nsjail_p50 / bare_p50, 2),
+        "gateway_vs_nsjail_p50": round(gw_p50 / nsjail_p50, 2),
+        "gateway_overhead_p50_ms": round(gw_p50 - nsjail_p50, 2),
+    }
+    results["docker"] = await docker_side_by_side(runs)
+    return results
+
+
+async def docker_side_by_side(runs: int) -> dict[str, Any]:
+    """`docker run --rm` against the docker backends, cold and pooled (runc, runsc);
+    skipped, saying why, where there is no engine or no sandbox image."""
+    return await docker_bench(runs)
+
+
+def render_table(results: dict[str, Any]) -> str:
+    rows = [("measurement", "n", "p50 ms", "p95 ms", "p99 ms")]
+    for key in (
+        "bare_python",
+        "egress_boundary",
+        "nsjail_backend",
+        "gateway_nsjail",
+        "gateway_noop",
+        "gateway_noop_opa",
+        "policy_embedded",
+        "policy_rego_cpp",
+        "policy_opa",
+    ):
+        r = results.get(key)
+        if r is None:  # a results file from before this row existed
+            continue
+        d = 3 if key.startswith("policy_") else 2  # decisions take tens of microseconds
+        cells = [f"{r[q]:.{d}f}" for q in ("p50_ms", "p95_ms", "p99_ms")]
+        rows.append((key, str(r["n"]), *cells))
+    lines = [
+        "  ".join(f"{c:<22}" if i == 0 else f"{c:>9}" for i, c in enumerate(row)) for row in rows
+    ]
+    lines.append("")
+    lines.append(f"{'throughput':<22}  {'conc':>9}  {'exec/s':>9}  {'p50 ms':>9}  {'p99 ms':>9}")
+    for key in (
+        "gateway_nsjail_throughput",
+        "gateway_nsjail_streamed_throughput",
+        "gateway_noop_throughput",
+    ):
+        for r in results[key]:
+            lines.append(
+                f"{key:<22}  {r['concurrency']:>9}  {r['per_s']:>9}  "
+                f"{r['p50_ms']:>9.2f}  {r['p99_ms']:>9.2f}"
+            )
+    ratios = results["ratios"]
+    json_c4 = next(r for r in results["gateway_nsjail_throughput"] if r["concurrency"] == 4)
+    streamed_c4 = results["gateway_nsjail_streamed_throughput"][0]
+    lines.append(
+        f"streamed / JSON answers at concurrency 4: "
+        f"{streamed_c4['per_s'] / max(json_c4['per_s'], 1e-9):.2f}x executions/s"
+    )
+    lines.append("")
+    lines.append(
+        f"nsjail / bare python (p50):     {ratios['nsjail_vs_bare_p50']}x  (target <= 1.5x)"
+    )
+    lines.append(
+        f"gateway / nsjail backend (p50): {ratios['gateway_vs_nsjail_p50']}x, "
+        f"+{ratios['gateway_overhead_p50_ms']} ms  (target <= +3 ms)"
+    )
+    if "docker" in results:
+        lines += render_docker(results["docker"])
+    return "\n".join(lines)
+
+
+def main(runs: int, json_path: str | None) -> int:
+    results = asyncio.run(run_bench(runs))
+    print(render_table(results))
+    print()
+    print(json.dumps(results))
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=2))
+    return 0
