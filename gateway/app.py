@@ -200,9 +200,12 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
         )
         try:
             await inputs.start()
+            stack.push_async_callback(inputs.close)
         except MaskError as exc:
-            raise StartupError(f"policy.record_inputs: {exc}") from exc
-        stack.push_async_callback(inputs.close)
+            # Without the mask nothing may be kept (inputs are never written unmasked);
+            # the gateway still serves, and says loudly that replay has no data.
+            log.warning("policy.record_inputs: decision inputs are NOT kept: %s", exc)
+            inputs = None
 
     return Services(
         settings=settings,

@@ -75,7 +75,9 @@ def main(workdir: Path, delete_with: str, mode: str) -> None:
             os.kill(pid, signal.SIGKILL)
         for _ in range(200):  # reaped: their pids are free again
             reap(recorded)
-            if not runsc_pids():
+            # Gone from /proc entirely: a zombie still holds its pid.
+            reap(recorded)
+            if not runsc_pids() and not any(Path(f"/proc/{p}").exists() for p in recorded):
                 break
             time.sleep(0.05)
         for pid in recorded:

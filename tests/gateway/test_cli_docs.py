@@ -274,7 +274,8 @@ async def test_serve_dash_dash_config_file_serves_the_files_port(tmp_path: Path)
         "--config",
         str(config),
         cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        # The embedded engine compiles the policy with OPA: the suite's own binary.
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **_opa_env()},
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -300,3 +301,9 @@ async def test_serve_dash_dash_config_file_serves_the_files_port(tmp_path: Path)
         if proc.returncode is None:
             proc.terminate()
         await proc.wait()
+
+
+def _opa_env() -> dict[str, str]:
+    from gateway.policy.compiler import find_opa_binary
+
+    return {"EXECGATE_OPA_BIN": str(find_opa_binary())}

@@ -234,7 +234,7 @@ async def test_a_gateway_killed_mid_execution_leaves_nothing_after_restart() -> 
     await start_docker_backend(probe)
     await probe.close()
     owner = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", OWNER, stdout=subprocess.PIPE, cwd=Path(__file__).parents[2]
+        sys.executable, "-c", OWNER, stdout=subprocess.PIPE, cwd=Path(__file__).parents[3]
     )
     try:
         assert owner.stdout is not None
