@@ -148,8 +148,10 @@ async def post(request: web.Request) -> web.StreamResponse:
             check_modern(msg, headers)
             if msg.kind != "request":
                 return web.Response(status=202)
-            if _progress_token(request, msg) is not None:
-                return await _answer_streamed(request, server, msg, principal, token, True)
+            if (progress := _progress_token(request, msg)) is not None:
+                return await _answer_streamed(
+                    request, server, msg, principal, token, True, progress
+                )
             return _json(await _answer(request, server, msg, principal, token, True))
         return await _handshake_era(request, server, msg, principal, token, headers)
     except RpcError as exc:
@@ -205,8 +207,8 @@ async def _handshake_era(
         raise RpcError(INVALID_REQUEST, "unknown or expired session", status=404)
     if msg.kind != "request":
         return web.Response(status=202)  # notifications and responses: accepted
-    if _progress_token(request, msg) is not None:
-        return await _answer_streamed(request, server, msg, principal, token, False)
+    if (progress := _progress_token(request, msg)) is not None:
+        return await _answer_streamed(request, server, msg, principal, token, False, progress)
     return _json(await _answer(request, server, msg, principal, token, False))
 
 
@@ -228,10 +230,10 @@ async def _answer_streamed(
     principal: Principal,
     token: str,
     modern: bool,
+    progress_token: str | int,
 ) -> web.StreamResponse:
     """tools/call answered as an SSE stream: notifications/progress with the output so
     far while the code runs, then the response (the same as the JSON answer)."""
-    progress_token = _progress_token(request, msg)
     resp: web.StreamResponse | None = None
 
     async def progress(params: dict[str, Any]) -> bool:
