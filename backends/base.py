@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from backends.capture.record import Behaviour
+
 
 class Status(enum.StrEnum):
     OK = "ok"  # exited 0
@@ -133,6 +135,8 @@ class ExecResult:
     files: tuple[OutputFile, ...] = ()
     events: tuple[SandboxEvent, ...] = ()
     network: tuple[NetworkAttempt, ...] = ()
+    # What the code tried beyond the network (None: the backend has no capture).
+    behaviour: Behaviour | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -450,3 +450,31 @@ def detect(
         f"no usable cgroups under {root}: need cgroup v2 (cgroup.controllers) or the"
         f" v1 controllers {', '.join(CONTROLLERS_V1)}"
     )
+
+
+def remove_container_leftovers(
+    container_id: str, root: Path = Path("/sys/fs/cgroup")
+) -> list[Path]:
+    """Remove the empty cgroups a container engine left for a container it no longer
+    has (a runtime that failed part-way through starting it does not always remove
+    them). Returns those removed; a cgroup still holding a process is kept."""
+    if not container_id or "/" in container_id or container_id.startswith("."):
+        return []
+    names = (f"docker/{container_id}", f"system.slice/docker-{container_id}.scope")
+    candidates = [root / name for name in names]
+    with contextlib.suppress(OSError):
+        for hierarchy in root.iterdir():
+            candidates += [hierarchy / name for name in names]
+    removed = []
+    for path in candidates:
+        if not path.is_dir():
+            continue
+        # Deepest first: a runtime may have nested its own cgroups inside.
+        for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            _try_rmdir(sub)
+        try:
+            os.rmdir(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed

@@ -36,6 +36,7 @@ from typing import Any
 
 from backends.attempts import close_fd, exited, open_pidfd, raise_start_error
 from backends.base import BackendError, ExecResult, ExecSpec, SandboxStartError
+from backends.cgroups import remove_container_leftovers
 from backends.docker.config import Shape, container_request, launch_request
 from backends.docker.engine import Engine
 from backends.docker.protocol import Caps, FrameReader, ProtocolError, request_header
@@ -181,7 +182,7 @@ class ContainerFactory:
         except BaseException as exc:
             for fd in container.pidfds if container is not None else (holder_pidfd,):
                 close_fd(fd)
-            await asyncio.shield(self._remove(cid, name))
+            await asyncio.shield(self._remove(cid, name, failed_start=True))
             if holder:
                 await asyncio.shield(self._remove_holder(holder, holder_name, egress))
             if isinstance(exc, TimeoutError):
@@ -211,7 +212,7 @@ class ContainerFactory:
                 raise BackendError("the holder container has no process")
             egress = await self._furnish(pid, veth=True)
         except BaseException as exc:
-            await asyncio.shield(self._remove(hid, name))
+            await asyncio.shield(self._remove(hid, name, failed_start=True))
             raise_start_error("boundary", exc)
         return hid, egress, open_pidfd(pid)
 
@@ -388,14 +389,21 @@ class ContainerFactory:
         if container.holder:
             await self._remove(container.holder, container.holder_name)
 
-    async def _remove(self, cid: str, name: str) -> None:
+    async def _remove(self, cid: str, name: str, failed_start: bool = False) -> None:
         try:
             await self.engine.remove(cid)
         except BackendError as exc:
             # Untracked from now on: the reaper finds it by its labels and retries.
             log.error("docker: cannot remove sandbox container %s: %s", name, exc)
+            return
         finally:
             self.tracked.discard(name)
+        if failed_start:
+            # A runtime that failed part-way (runsc: "cannot create sandbox") can
+            # leave the container's empty cgroups behind; nobody else would remove them.
+            removed = await asyncio.to_thread(remove_container_leftovers, cid)
+            if removed:
+                log.info("docker: removed %d cgroups left by %s", len(removed), name)
 
 
 def holder_request(settings: DockerSettings, image: str, labels: dict[str, str]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -106,6 +107,16 @@ class ApprovalDesk:
         if self._session is not None:
             await self._session.close()
 
+    async def get(self, approval_id: str) -> Approval | None:
+        """The approval as it stands now: one past its expiry reads expired (and is
+        recorded so) even before the next sweep."""
+        approval = await self.store.get(approval_id)
+        if approval is not None and approval.status == "pending":
+            if self._clock() >= approval.expires_at:
+                await self._expire()
+                approval = await self.store.get(approval_id)
+        return approval
+
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
@@ -136,7 +147,8 @@ class ApprovalDesk:
             features=list(ctx.policy_input["analysis"].get("features", [])),
             reasons=reasons,
             created_at=now,
-            expires_at=now + ttl,
+            # Whole seconds: the expiry the API shows (ISO, to the second) is the real one.
+            expires_at=float(math.ceil(now + ttl)),
             delivery={"status": "pending" if self.settings.webhook_url else "not_configured"},
             binding=approval_binding.of(ctx),
             backend=ctx.backend,

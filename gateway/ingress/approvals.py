@@ -62,7 +62,7 @@ async def list_approvals(request: web.Request) -> web.Response:
 async def get_approval(request: web.Request) -> web.Response:
     svc = request.app[SERVICES]
     principal = await authenticated(request)
-    approval = await svc.approvals.store.get(request.match_info["approval_id"])
+    approval = await svc.approvals.get(request.match_info["approval_id"])
     if approval is None or not principal_may_read(principal, approval):
         raise GatewayError(errors.NOT_FOUND, "no such approval")
     answer = approval.public()
@@ -108,7 +108,7 @@ async def _callback(
     desk = svc.approvals
     assert desk.callback_key is not None
     webhook_id = request.headers.get("webhook-id", "")
-    approval = await desk.store.get(approval_id)
+    approval = await desk.get(approval_id)
 
     async def record(record_type: str, reason: str, **fields: Any) -> None:
         await svc.audit.append(
@@ -196,7 +196,7 @@ async def decide_as(
     svc: Services, principal: Principal, approval_id: str, decision: DecisionRequest, via: str
 ) -> tuple[Approval, str | None]:
     """An approver's decision, checked one way for the API and the console."""
-    approval = await svc.approvals.store.get(approval_id)
+    approval = await svc.approvals.get(approval_id)
     if approval is None or not principal_may_read(principal, approval):
         raise GatewayError(errors.NOT_FOUND, "no such approval")
     tenant_ok = "approvals:decide:all" in principal.scopes or (

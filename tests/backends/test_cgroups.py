@@ -16,6 +16,7 @@ from backends.cgroups import (
     V2Manager,
     detect,
     own_cgroups,
+    remove_container_leftovers,
 )
 from tests.backends.conftest import missing_component, require_root
 
@@ -180,3 +181,29 @@ def test_v1_for_real_limits_kill_and_remove() -> None:
         cgroup.kill_all()
         cgroup.remove()
     assert name not in manager.children()
+
+
+def test_container_leftovers_v1_v2_and_systemd_layouts_removed(tmp_path: Path) -> None:
+    cid = "f" * 64
+    made = [
+        tmp_path / "memory" / "docker" / cid,
+        tmp_path / "pids" / "docker" / cid / "inner",  # a runtime's own nested cgroup
+        tmp_path / "unified" / "docker" / cid,
+        tmp_path / "system.slice" / f"docker-{cid}.scope",
+    ]
+    for path in made:
+        path.mkdir(parents=True)
+    other = tmp_path / "memory" / "docker" / ("e" * 64)
+    other.mkdir()
+    busy = tmp_path / "cpu" / "docker" / cid
+    busy.mkdir(parents=True)
+    (busy / "cgroup.procs").write_text("123\n")  # not empty: a process still in it
+
+    removed = remove_container_leftovers(cid, root=tmp_path)
+
+    assert not any(p.exists() for p in made)
+    assert len(removed) == 4
+    assert other.is_dir() and busy.is_dir()  # another container's, and a busy one
+    for hostile in ("", "..", "../memory", "a/b"):
+        assert remove_container_leftovers(hostile, root=tmp_path) == []
+    assert other.is_dir()
