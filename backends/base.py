@@ -210,3 +210,7 @@ class SandboxBackend(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+    def capture_status(self) -> tuple[bool, str]:
+        """(on, why not): whether results carry a behaviour record (backends/capture)."""
+        return False, "this backend records no behaviour"

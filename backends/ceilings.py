@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from backends.base import Limits
+from backends.capture.settings import CaptureSettings
 
 MIN_MEMORY_MB = 16
 
@@ -35,6 +36,9 @@ class SandboxCeilings(BaseModel):
     # request, all of them within this many seconds (then 503 backend_unavailable).
     start_attempts: int = Field(3, ge=1, le=10)
     start_deadline_s: float = Field(60.0, gt=0, le=600)
+
+    # What the code tried beyond the network (backends/capture).
+    capture: CaptureSettings = Field(default_factory=CaptureSettings)
 
     # `runtimes` is each backend's own table; its keys are language names everywhere.
     @field_validator("runtimes", check_fields=False)

@@ -15,11 +15,13 @@ from backends.capture.record import (
     SignalAttempt,
     capture_off,
 )
+from backends.capture.settings import CaptureSettings
 
 __all__ = [
     "Baseline",
     "Behaviour",
     "BehaviourRecorder",
+    "CaptureSettings",
     "FileAttempt",
     "ProgramAttempt",
     "SignalAttempt",
