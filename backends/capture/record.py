@@ -32,6 +32,10 @@ FILE_OPS = ("open", "read", "create", "write", "rename", "unlink", "mkdir", "rmd
 # Where a successful read is worth a reviewer's eye (the runtime's own read-only
 # files and the workspace are not).
 SENSITIVE_PREFIXES = ("/proc", "/sys", "/etc", "/dev", "/root", "/home", "/var", "/run", "/boot")
+# The runtimes' own read-only directories: a failed look-up there (the loader
+# searching its library path, locale probes of every program started) is the same
+# for every tenant and holds nothing to find, so it is not kept either.
+RUNTIME_PREFIXES = ("/usr/lib", "/usr/lib64", "/usr/share", "/usr/local/lib", "/lib", "/lib64")
 
 
 def errno_name(code: int) -> str:
@@ -43,6 +47,14 @@ def errno_name(code: int) -> str:
 
 def sensitive(path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in SENSITIVE_PREFIXES)
+
+
+def runtime_lookup(op: str, path: str, result: str) -> bool:
+    return (
+        op == "open"
+        and result == "ENOENT"
+        and any(path.startswith(p + "/") for p in RUNTIME_PREFIXES)
+    )
 
 
 def _clip(text: str, limit: int) -> str:
@@ -170,6 +182,8 @@ class BehaviourRecorder:
         open or read outside the sensitive places is the runtime's business: not kept."""
         result = errno_name(ret)
         if result == "ok" and op in ("open", "read") and not sensitive(path):
+            return
+        if runtime_lookup(op, path, result):
             return
         key = (op, _clip(path, MAX_PATH), result)
         if key in self.baseline.files:

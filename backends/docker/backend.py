@@ -22,7 +22,7 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from backends.attempts import Source, StartFailures, acquire
 from backends.base import (
@@ -37,6 +37,7 @@ from backends.base import (
     SandboxEvent,
     Status,
 )
+from backends.capture.host import DO_NOTHING, Capture, HostCapture
 from backends.ceilings import clamp as clamp_limits
 from backends.docker.config import LAUNCHER_SOURCE, Shape
 from backends.docker.engine import Engine
@@ -77,6 +78,9 @@ class DockerBackend(SandboxBackend):
     Settings = DockerSettings
     # The gateway furnishes each container's network namespace (backends/egress/).
     network_boundary = True
+    # The host kernel's tracer sees what runc's sandboxes do (backends/capture/host.py);
+    # a runtime with a kernel of its own (gVisor) records its own way.
+    host_capture: ClassVar[bool] = True
 
     def __init__(
         self, settings: DockerSettings | None = None, *, egress_resolver: NameResolver | None = None
@@ -105,6 +109,7 @@ class DockerBackend(SandboxBackend):
         )
         self._reaper: asyncio.Task[None] | None = None
         self._etc_dir: Path | None = None  # the generated /etc files (etc.py)
+        self.capture = HostCapture(s.capture, self.name)
 
     # --- SandboxBackend ------------------------------------------------------------
 
@@ -151,7 +156,10 @@ class DockerBackend(SandboxBackend):
         )  # fmt: skip
         await self.reap_leftovers()
         try:
+            if self.host_capture:
+                await self.capture.start()
             await self._probe()
+            await self._learn_baselines()
         except BackendError:
             await self.close()
             raise
@@ -167,6 +175,8 @@ class DockerBackend(SandboxBackend):
             return Health(ok=False, detail="backend not started")
         if self.pool.fill_error and not self.pool.ready:
             return Health(ok=False, detail=f"containers cannot be started: {self.pool.fill_error}")
+        if self.host_capture and (problem := self.capture.health_problem()):
+            return Health(ok=False, detail=problem)
         return Health(
             ok=True,
             detail=f"engine reachable, {len(self._live)} running, {len(self.pool.ready)} ready",
@@ -197,6 +207,12 @@ class DockerBackend(SandboxBackend):
         if self._etc_dir is not None:
             await asyncio.to_thread(remove_etc_dir, self._etc_dir)
             self._etc_dir = None
+        await self.capture.close()
+
+    def capture_status(self) -> tuple[bool, str]:
+        if not self.host_capture:
+            return super().capture_status()
+        return self.capture.status()
 
     async def run(self, spec: ExecSpec) -> ExecResult:
         factory = self._require_factory()
@@ -220,7 +236,11 @@ class DockerBackend(SandboxBackend):
             self.pool.replenish()  # in place of the dead and the failed
             raise
         self._live[container.name] = container
+        capture: Capture | str | None = None
         try:
+            if self.host_capture:
+                # Claimed now: what the launcher did while it waited is not this run's.
+                capture = await self.capture.begin(container.pid, spec.language, skip_pid=1)
             # Handed over from here on: whatever happens is this run's result.
             outcome = await factory.execute(container, spec)
             network: tuple[NetworkAttempt, ...] = ()
@@ -228,10 +248,15 @@ class DockerBackend(SandboxBackend):
             if container.egress is not None:
                 network, network_events = await container.egress.finish()
             result = await factory.finish(container, spec, outcome)
+            if capture is not None:
+                # The launcher reported after everything else in the container died.
+                result = dataclasses.replace(result, behaviour=await self.capture.end(capture))
+                capture = None
             return dataclasses.replace(
                 result, network=network, events=failed + result.events + network_events
             )
         finally:
+            self.capture.drop(capture)
             # Nothing of the program runs in it any more (or its forced removal kills
             # it): removal goes on in the background, tracked, and survives this
             # request's cancellation; the reaper is the backstop.
@@ -334,6 +359,26 @@ class DockerBackend(SandboxBackend):
                 f"{self.name}: the sandbox runs without a seccomp filter"
                 f" (Seccomp: {found.get('seccomp')!r}); for runsc add --oci-seccomp"
             )
+
+    async def _learn_baselines(self) -> None:
+        """With capture on: one do-nothing program per language through the real
+        path; what it did is the runtime's own start-up, left out of records."""
+        if not self.capture.status()[0]:
+            return
+        for language in sorted(self._languages):
+            spec = ExecSpec(
+                execution_id=f"baseline-{language}",
+                language=language,
+                code=DO_NOTHING.get(language, ""),
+                limits=self.clamp(Limits(timeout_s=30, memory_mb=128, pids=16, disk_mb=1)),
+            )
+            result = await self.run(spec)
+            if result.status != Status.OK:
+                detail = result.stderr.decode(errors="replace")[-300:]
+                raise BackendError(
+                    f"{self.name}: do-nothing {language} ended {result.status}: {detail}"
+                )
+            self.capture.learn(language, result.behaviour)
 
     def holder_runtime(self) -> str:
         """The runtime that joins a holder container's namespace ("": none, the

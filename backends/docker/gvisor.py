@@ -29,6 +29,8 @@ class GvisorBackend(DockerBackend):
     # (backends/egress/veth.py), under a runtime whose netstack takes that link.
     # Without that runtime (egress_runtime = ""): no network at all, no egress.
     network_boundary = True
+    # gVisor runs its own kernel: the host's tracer would see only the Sentry.
+    host_capture = False
 
     def __init__(
         self, settings: GvisorSettings | None = None, *, egress_resolver: NameResolver | None = None

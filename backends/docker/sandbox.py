@@ -77,6 +77,8 @@ class Container:
     # Readable once the container's (and its holder's) first process has exited:
     # a container made ahead that died while it waited is noticed before it is used.
     pidfds: tuple[int, ...] = ()
+    # The host pid of its first process (the launcher), as the engine reported it.
+    pid: int = 0
 
     @property
     def alive(self) -> bool:
@@ -172,6 +174,7 @@ class ContainerFactory:
             pid = int((await self.engine.state(cid)).get("Pid") or 0)
             if not pid:
                 raise BackendError("the sandbox container has no process")
+            container.pid = pid
             # None when the engine's pids are not ours to see (the gateway in a
             # container of its own): the stream's end is the remaining sign.
             if (pidfd := open_pidfd(pid)) >= 0:

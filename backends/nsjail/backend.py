@@ -39,6 +39,7 @@ from backends.base import (
     Limits,
     SandboxBackend,
 )
+from backends.capture.host import DO_NOTHING, Capture, HostCapture, idle_child
 from backends.ceilings import clamp as clamp_limits
 from backends.cgroups import CgroupError, CgroupManager, detect
 from backends.egress.addresses import NameResolver
@@ -57,7 +58,8 @@ from backends.workspace import WorkspaceError, WorkspaceManager
 
 log = logging.getLogger(__name__)
 
-SMOKE_CODE = {"bash": "exit 0", "python": "pass", "javascript": "0"}
+# Do-nothing programs: each proves its runtime and, with capture on, is its baseline.
+SMOKE_CODE = DO_NOTHING
 
 
 class NsjailBackend(SandboxBackend):
@@ -98,6 +100,8 @@ class NsjailBackend(SandboxBackend):
         self.start_failures = StartFailures()
         # Names refused syscalls (settings.seccomp_log) from the kernel log.
         self._seccomp: SeccompWatcher | None = None
+        # What the code tried beyond the network, from the host kernel (bpftrace).
+        self.capture = HostCapture(s.capture, self.name)
 
     @property
     def instance_prefix(self) -> str:
@@ -131,6 +135,11 @@ class NsjailBackend(SandboxBackend):
             except OSError as exc:
                 self._seccomp = None
                 raise BackendError(f"seccomp_log: cannot read /dev/kmsg: {exc}") from exc
+        try:
+            await self.capture.start()
+        except BackendError:
+            await self.close()
+            raise
         # One real sandbox per language: proves nsjail, the seccomp policy, the
         # mounts and each runtime together, before any request depends on them.
         for language in sorted(self._languages):
@@ -151,6 +160,8 @@ class NsjailBackend(SandboxBackend):
                 raise BackendError(
                     f"nsjail smoke test ({language}) ended {result.status}: {detail}"
                 )
+            # A do-nothing program: what it did is the runtime's own start-up.
+            self.capture.learn(language, result.behaviour)
 
     async def health(self) -> Health:
         problems = []
@@ -166,6 +177,8 @@ class NsjailBackend(SandboxBackend):
             problems.append(f"state directory {self.workspaces.runs_dir} is missing")
         if self._fill_error and not self._pool:
             problems.append(f"sandboxes cannot be made ahead: {self._fill_error}")
+        if problem := self.capture.health_problem():
+            problems.append(problem)
         if problems:
             return Health(ok=False, detail="; ".join(problems))
         return Health(ok=True, detail=f"{len(self._live)} running, {len(self._pool)} ready")
@@ -187,6 +200,10 @@ class NsjailBackend(SandboxBackend):
         if self._seccomp is not None:
             self._seccomp.close()
             self._seccomp = None
+        await self.capture.close()
+
+    def capture_status(self) -> tuple[bool, str]:
+        return self.capture.status()
 
     async def run(self, spec: ExecSpec) -> ExecResult:
         factory = self._require_factory()
@@ -211,15 +228,21 @@ class NsjailBackend(SandboxBackend):
         seccomp = self._seccomp
         if seccomp is not None:
             seccomp.watch(sandbox.name)
+        capture: Capture | str | None = None
         try:
+            capture = await self._follow(sandbox, spec.language)
             await asyncio.to_thread(factory.configure, sandbox, spec)
             outcome = await factory.execute(sandbox, spec)
             network, network_events = await sandbox.egress.finish()
             refused = seccomp.events(sandbox.name) if seccomp is not None else ()
             result = await asyncio.to_thread(factory.finish, sandbox, spec, outcome)
+            # Everything in the sandbox is dead now (finish killed what was left).
+            behaviour = await self.capture.end(capture)
+            capture = None
             events = failed + result.events + refused + network_events
-            return dataclasses.replace(result, network=network, events=events)
+            return dataclasses.replace(result, network=network, events=events, behaviour=behaviour)
         finally:
+            self.capture.drop(capture)
             if seccomp is not None:
                 seccomp.events(sandbox.name)  # stops watching, whatever happened
             if not sandbox.released:
@@ -229,6 +252,17 @@ class NsjailBackend(SandboxBackend):
             self._live.pop(sandbox.name, None)
             # Only now: making a sandbox while this one starts would slow it down.
             self._replenish()
+
+    async def _follow(self, sandbox: Sandbox, language: str) -> Capture | str:
+        """Attribute what the claimed sandbox does from now on to this execution."""
+        if not self.capture.status()[0]:
+            return self.capture.status()[1]
+        assert sandbox.proc is not None
+        try:
+            init = await asyncio.to_thread(idle_child, sandbox.proc.pid)
+        except OSError as exc:
+            return f"cannot follow this sandbox: {exc}"
+        return await self.capture.begin(init, language)
 
     # --- the pool of sandboxes made ahead ---------------------------------------------
 

@@ -17,21 +17,14 @@ import re
 from pathlib import Path
 
 from backends.base import SandboxEvent
+from backends.capture.syscalls import syscall_names
+
+__all__ = ["SeccompWatcher", "syscall_names"]
 
 RECORD = re.compile(rb"type=1326 .*?\bpid=(\d+) .*?\bsyscall=(\d+)\b")
-UNISTD = Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h")
 # Distinct syscalls named per execution; the rest are counted.
 MAX_NAMED = 32
 BATCH = 256
-
-
-def syscall_names(header: Path = UNISTD) -> dict[int, str]:
-    """x86-64 numbers -> names from the kernel headers ({} without them)."""
-    try:
-        text = header.read_text()
-    except OSError:
-        return {}
-    return {int(number): name for name, number in re.findall(r"#define __NR_(\w+)\s+(\d+)", text)}
 
 
 class SeccompWatcher:

@@ -1,0 +1,210 @@
+"""The host tracer's bpftrace program and the lines it prints (pure functions).
+
+One program per backend instance, on system-call tracepoints only (no kprobes:
+they are not available everywhere, and tracepoints are a stable interface).
+The kernel-side filter keeps only tasks whose pid namespace is below the
+gateway's (`level > L`) and names each event by the pid namespace at level
+L + 1, the sandbox's own: code that makes a nested pid namespace is still
+attributed to its sandbox. `numbers[]` is a flexible array, which bpftrace 0.17
+does not index, so it is reached by pointer arithmetic on `struct upid`.
+
+Refused system calls need no policy knowledge: a call that seccomp refuses
+(ERRNO, TRAP) skips the `sys_enter` tracepoints but still passes `sys_exit`,
+so an exit with no matching entry on that thread is a refusal.
+
+Every line is `kind ns pid nsecs ...` (pid as the sandbox names it, nsecs on
+CLOCK_MONOTONIC), the path always last so any byte in it (spaces, newlines:
+bpftrace's JSON output escapes them) stays inside its own field. Per sandbox
+namespace at most `cap` events are printed; the rest are counted in the kernel
+and the count is printed at the end (a barrier marker or the namespace's init
+exiting), so a flood costs bounded work in the tracer and the gateway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# getpriority(BARRIER_WHICH, ns) from the gateway: "print what you have for ns".
+# An invalid `which` (EINVAL), so the call does nothing else.
+BARRIER_WHICH = 0x6578
+# bpftrace 0.17's longest string (strings live on the 512-byte BPF stack).
+STRLEN = 200
+MAX_ARGS = 16
+# Per thread state lives in hash maps keyed by tid; this bounds each of them.
+MAP_KEYS = 16384
+
+# File operation codes the program prints.
+OPS = {1: "open", 2: "create", 3: "unlink", 4: "rename", 5: "mkdir", 6: "rmdir"}
+# Signal-like system call codes.
+SIGNAL_CALLS = {
+    1: "kill",
+    2: "tkill",
+    3: "tgkill",
+    4: "ptrace",
+    5: "process_vm_readv",
+    6: "process_vm_writev",
+}
+O_ACCMODE, O_CREAT, O_TRUNC = 0o3, 0o100, 0o1000
+AT_REMOVEDIR = 0x200
+
+# (tracepoint, op code, path argument, second path argument or "", flags expression)
+_FILE_CALLS = (
+    ("openat", 1, "filename", "", "args->flags"),
+    ("open", 1, "filename", "", "args->flags"),
+    ("openat2", 1, "filename", "", "((struct open_how *)args->how)->flags"),
+    ("creat", 2, "pathname", "", "0"),
+    ("unlink", 3, "pathname", "", "0"),
+    ("unlinkat", 3, "pathname", "", "args->flag"),
+    ("rename", 4, "oldname", "newname", "0"),
+    ("renameat", 4, "oldname", "newname", "0"),
+    ("renameat2", 4, "oldname", "newname", "0"),
+    ("mkdir", 5, "pathname", "", "0"),
+    ("mkdirat", 5, "pathname", "", "0"),
+    ("rmdir", 6, "pathname", "", "0"),
+)
+# (tracepoint, code, target expression, signal/request expression)
+_SIGNAL_CALLS = (
+    ("kill", 1, "args->pid", "args->sig"),
+    ("tkill", 2, "args->pid", "args->sig"),
+    ("tgkill", 3, "args->pid", "args->sig"),
+    ("ptrace", 4, "args->pid", "args->request"),
+    ("process_vm_readv", 5, "args->pid", "0"),
+    ("process_vm_writev", 6, "args->pid", "0"),
+)
+
+
+def program(level: int, cap: int) -> str:
+    """The bpftrace program for a gateway whose pid namespace is at `level`."""
+    k = level + 1
+    upid = f"((struct upid *)curtask->thread_pid->numbers + {k})"
+    inside = f"/curtask->thread_pid->level > {level}/"
+    head = f"$ns = {upid}->ns->ns.inum; $p = {upid}->nr;"
+    # Counted for every printed event of a namespace; past the cap only counted.
+    gate = f"@n[$ns]++; if (@n[$ns] > {cap}) {{ @over[$ns]++; }} else {{"
+    parts = ['BEGIN { printf("ready\\n"); }']
+    for call, op, path, path2, flags in _FILE_CALLS:
+        second = f" @b[tid] = (uint64)args->{path2};" if path2 else ""
+        parts.append(
+            f"tracepoint:syscalls:sys_enter_{call} {inside} {{ @op[tid] = {op};"
+            f" @a[tid] = (uint64)args->{path};{second} @fl[tid] = (int64){flags}; }}"
+        )
+    exits = ",\n".join(f"tracepoint:syscalls:sys_exit_{c[0]}" for c in _FILE_CALLS)
+    parts.append(
+        f"{exits}\n/@op[tid]/ {{ {head} {gate}\n"
+        # A rename's new name first (its own line: two strings overflow the stack).
+        f'  if (@b[tid]) {{ printf("g %u %d %llu %s\\n", $ns, $p, nsecs, str(@b[tid])); }}\n'
+        f'  printf("f %u %d %llu %d %d %d %s\\n", $ns, $p, nsecs, @op[tid], @fl[tid],'
+        f" args->ret, str(@a[tid])); }}\n"
+        "  delete(@op[tid]); delete(@a[tid]); delete(@b[tid]); delete(@fl[tid]); }"
+    )
+    # execve: path and arguments at entry (after a successful exec they are gone).
+    args = "".join(
+        f"  if ($go) {{ $s = (uint64)*(args->argv + {i}); if ($s == 0) {{ $go = 0; }} else {{"
+        f' printf("a %u %d %llu %s\\n", $ns, $p, nsecs, str($s)); }} }}\n'
+        for i in range(MAX_ARGS)
+    )
+    for call in ("execve", "execveat"):
+        parts.append(
+            f"tracepoint:syscalls:sys_enter_{call} {inside} {{ {head} {gate}\n"
+            f'  printf("x %u %d %llu %s\\n", $ns, $p, nsecs, str(args->filename));'
+            f" $go = 1;\n{args}  @x[tid] = 1; }} }}"
+        )
+    parts.append(
+        "tracepoint:syscalls:sys_exit_execve, tracepoint:syscalls:sys_exit_execveat"
+        f' /@x[tid]/ {{ {head} printf("X %u %d %llu %d\\n", $ns, $p, nsecs, args->ret);'
+        " delete(@x[tid]); }"
+    )
+    for call, code, target, sig in _SIGNAL_CALLS:
+        parts.append(
+            f"tracepoint:syscalls:sys_enter_{call} {inside} {{ @sg[tid] = {code};"
+            f" @st[tid] = (int64){target}; @ss[tid] = (int64){sig}; }}"
+        )
+    exits = ", ".join(f"tracepoint:syscalls:sys_exit_{c[0]}" for c in _SIGNAL_CALLS)
+    parts.append(
+        f"{exits} /@sg[tid]/ {{ {head} {gate}\n"
+        '  printf("s %u %d %llu %d %d %d %d\\n", $ns, $p, nsecs, @sg[tid], @st[tid],'
+        " @ss[tid], args->ret); }\n"
+        "  delete(@sg[tid]); delete(@st[tid]); delete(@ss[tid]); }"
+    )
+    # Refusals: an exit without its entry (a new task's first return is not one:
+    # it returns 0).
+    parts.append(f"tracepoint:raw_syscalls:sys_enter {inside} {{ @in[tid] = args->id + 1; }}")
+    parts.append(
+        f"tracepoint:raw_syscalls:sys_exit {inside} {{\n"
+        f"  if (args->ret < 0 && @in[tid] != args->id + 1) {{ {head} {gate}\n"
+        '    printf("r %u %d %llu %d %d\\n", $ns, $p, nsecs, args->id, args->ret); } }\n'
+        "  delete(@in[tid]); }"
+    )
+    # The end of a sandbox: its init exiting (the namespace's last word), or the
+    # gateway's barrier on each CPU; either prints and forgets the namespace's count.
+    parts.append(
+        f"tracepoint:sched:sched_process_exit {inside} {{\n"
+        "  delete(@in[tid]); delete(@op[tid]); delete(@a[tid]); delete(@b[tid]);"
+        " delete(@fl[tid]); delete(@x[tid]); delete(@sg[tid]); delete(@st[tid]);"
+        " delete(@ss[tid]);\n"
+        f"  if (curtask->thread_pid->level == {k} && {upid}->nr == 1) {{ {head}\n"
+        '    printf("z %u %d %llu %d\\n", $ns, $p, nsecs, @over[$ns]);'
+        " delete(@over[$ns]); delete(@n[$ns]); } }"
+    )
+    parts.append(
+        f"tracepoint:syscalls:sys_enter_getpriority /args->which == {BARRIER_WHICH}/ {{\n"
+        "  $ns = (uint32)args->who;\n"
+        '  printf("b %u %d %llu %d\\n", $ns, cpu, nsecs, @over[$ns]);'
+        " delete(@over[$ns]); delete(@n[$ns]); }"
+    )
+    return "\n".join(parts) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One printed event: kind, namespace, pid in the sandbox, time, the rest."""
+
+    kind: str
+    ns: int
+    pid: int
+    nsecs: int
+    fields: tuple[int, ...]
+    text: str = ""  # a path or an argument: always last, may hold any byte
+
+
+# kind -> (how many integer fields follow the common ones, whether text ends it)
+SHAPES: dict[str, tuple[int, bool]] = {
+    "f": (3, True),  # op, flags, ret, path
+    "g": (0, True),  # a rename's new name
+    "x": (0, True),  # exec path
+    "a": (0, True),  # exec argument
+    "X": (1, False),  # exec result
+    "s": (4, False),  # call, target, signal/request, ret
+    "r": (2, False),  # syscall number, ret
+    "z": (1, False),  # over count (the namespace's init exited)
+    "b": (1, False),  # over count (barrier; pid is the CPU)
+}
+
+
+def parse(data: str) -> Line | None:
+    """One printf payload (its trailing newline included) -> Line, None if malformed."""
+    data = data.removesuffix("\n")
+    kind = data[:1]
+    shape = SHAPES.get(kind)
+    if shape is None:
+        return None
+    numbers, text = shape
+    parts = data.split(" ", 4 + numbers) if text else data.split(" ")
+    try:
+        values = tuple(int(p) for p in parts[1 : 4 + numbers])
+    except ValueError:
+        return None
+    if len(values) != 3 + numbers or (text and len(parts) != 5 + numbers):
+        return None
+    if not text and len(parts) != 4 + numbers:
+        return None
+    return Line(kind, values[0], values[1], values[2], values[3:], parts[-1] if text else "")
+
+
+def open_op(flags: int) -> str:
+    """What an open with these flags does to the file."""
+    if flags & O_CREAT:
+        return "create"
+    if flags & O_ACCMODE or flags & O_TRUNC:
+        return "write"
+    return "open"
