@@ -28,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,10 +61,14 @@ KERNEL_CAP = 8192
 PERF_PAGES = 1024
 START_TIMEOUT_S = 120.0
 BARRIER_TIMEOUT_S = 5.0
+# A fresh sandbox's init may take a while to wait for its launch line under load.
+IDLE_TIMEOUT_S = 30.0
+LEARN_ATTEMPTS = 3
 CHUNK = 1 << 16
 DATA = b'"data": "'
-# A program that does nothing, per language: its record is the runtime's baseline.
-DO_NOTHING = {"bash": "exit 0", "python": "pass", "javascript": "0"}
+# A program that does next to nothing (an empty line out), per language: its
+# record is the runtime's baseline.
+DO_NOTHING = {"bash": "echo", "python": "print()", "javascript": "console.log()"}
 
 
 class CaptureUnavailable(Exception):
@@ -485,27 +490,47 @@ class HostCapture:
         if isinstance(capture, Capture) and self.tracer is not None:
             self.tracer.discard(capture)
 
-    def learn(self, language: str, *seen: Behaviour | None) -> None:
-        """What a do-nothing program did in this language is the runtime's own."""
-        records = [b for b in seen if b is not None and b.capture == "on"]
-        if records:
-            self.baselines[language] = Baseline.learn(*records)
+    async def learn(
+        self,
+        language: str,
+        seen: Behaviour | None,
+        again: Callable[[], Awaitable[Behaviour | None]],
+    ) -> None:
+        """What a do-nothing program did in this language is the runtime's own:
+        from `seen`, or, when that run was not followed, from another (`again`)."""
+        for _ in range(LEARN_ATTEMPTS):
+            if not self.status()[0]:
+                return
+            if seen is not None and seen.capture == "on":
+                self.baselines[language] = Baseline.learn(seen)
+                return
+            seen = await again()
+        log.warning("%s: no %s baseline learnt: %s", self.backend, language, seen)
 
 
-def idle_child(pid: int, timeout_s: float = 5.0) -> int:
+def idle_child(pid: int, timeout_s: float = IDLE_TIMEOUT_S) -> int:
     """The first child of `pid` (a jail's init) once it has become its own program
     and waits in read(2) (blocking, bounded): what it did until then, whether the
     sandbox was made ahead or just now, is the jail's set-up, not the execution's."""
     deadline = time.monotonic() + timeout_s
-    parent_exe = os.readlink(f"/proc/{pid}/exe")
     while True:
         with contextlib.suppress(OSError, ValueError, IndexError):
             child = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+            # Read each time: a sandbox made just now may still be its shell shim.
             if (
-                os.readlink(f"/proc/{child}/exe") != parent_exe
+                os.readlink(f"/proc/{child}/exe") != os.readlink(f"/proc/{pid}/exe")
                 and Path(f"/proc/{child}/syscall").read_text().split()[0] == "0"
             ):
                 return child
         if time.monotonic() > deadline:
-            raise OSError(f"the sandbox of process {pid} is not waiting after {timeout_s:.0f} s")
+            seen = ""
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                child = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+                seen = (
+                    f" (init {child}: {os.readlink(f'/proc/{child}/exe')},"
+                    f" in {Path(f'/proc/{child}/syscall').read_text().split()[0]})"
+                )
+            raise OSError(
+                f"the sandbox of process {pid} is not waiting after {timeout_s:.0f} s{seen}"
+            )
         time.sleep(0.001)

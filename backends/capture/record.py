@@ -36,6 +36,8 @@ SENSITIVE_PREFIXES = ("/proc", "/sys", "/etc", "/dev", "/root", "/home", "/var",
 # searching its library path, locale probes of every program started) is the same
 # for every tenant and holds nothing to find, so it is not kept either.
 RUNTIME_PREFIXES = ("/usr/lib", "/usr/lib64", "/usr/share", "/usr/local/lib", "/lib", "/lib64")
+# Devices every runtime opens for its stdio or randomness: opening them is not news.
+PLAIN_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"})
 
 
 def errno_name(code: int) -> str:
@@ -138,10 +140,12 @@ def capture_off(reason: str) -> Behaviour:
 @dataclass(frozen=True, slots=True)
 class Baseline:
     """What a runtime does on its own at start-up, per language: (op, path, result)
-    file keys and program paths a record leaves out."""
+    file keys, program paths and refused system calls (glibc probing clone3 for
+    each thread) a record leaves out."""
 
     files: frozenset[tuple[str, str, str]] = frozenset()
     programs: frozenset[str] = frozenset()
+    refused: frozenset[str] = frozenset()
 
     @classmethod
     def learn(cls, *seen: Behaviour) -> Baseline:
@@ -149,7 +153,8 @@ class Baseline:
         what any of them did is the runtime's, not the code's)."""
         files = {(f.op, f.path, f.result) for b in seen for f in b.files}
         programs = {p.path for b in seen for p in b.programs}
-        return cls(frozenset(files), frozenset(programs))
+        refused = {name for b in seen for name, _ in b.syscalls_refused}
+        return cls(frozenset(files), frozenset(programs), frozenset(refused))
 
 
 @dataclass
@@ -183,7 +188,7 @@ class BehaviourRecorder:
         result = errno_name(ret)
         if result == "ok" and op in ("open", "read") and not sensitive(path):
             return
-        if runtime_lookup(op, path, result):
+        if runtime_lookup(op, path, result) or (result == "ok" and path in PLAIN_DEVICES):
             return
         key = (op, _clip(path, MAX_PATH), result)
         if key in self.baseline.files:
@@ -222,6 +227,8 @@ class BehaviourRecorder:
             self._signals[key] = 1
 
     def refused(self, syscall: str, count: int = 1) -> None:
+        if syscall in self.baseline.refused:
+            return
         if syscall in self._refused:
             self._refused[syscall] += count
         elif len(self._refused) >= MAX_SYSCALL_NAMES:

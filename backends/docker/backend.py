@@ -38,6 +38,7 @@ from backends.base import (
     Status,
 )
 from backends.capture.host import DO_NOTHING, Capture, HostCapture
+from backends.capture.record import Behaviour
 from backends.ceilings import clamp as clamp_limits
 from backends.docker.config import LAUNCHER_SOURCE, Shape
 from backends.docker.engine import Engine
@@ -372,13 +373,17 @@ class DockerBackend(SandboxBackend):
                 code=DO_NOTHING.get(language, ""),
                 limits=self.clamp(Limits(timeout_s=30, memory_mb=128, pids=16, disk_mb=1)),
             )
-            result = await self.run(spec)
-            if result.status != Status.OK:
-                detail = result.stderr.decode(errors="replace")[-300:]
-                raise BackendError(
-                    f"{self.name}: do-nothing {language} ended {result.status}: {detail}"
-                )
-            self.capture.learn(language, result.behaviour)
+
+            async def once(spec: ExecSpec = spec) -> Behaviour | None:
+                result = await self.run(spec)
+                if result.status != Status.OK:
+                    detail = result.stderr.decode(errors="replace")[-300:]
+                    raise BackendError(
+                        f"{self.name}: do-nothing {spec.language} ended {result.status}: {detail}"
+                    )
+                return result.behaviour
+
+            await self.capture.learn(language, None, once)
 
     def holder_runtime(self) -> str:
         """The runtime that joins a holder container's namespace ("": none, the

@@ -25,7 +25,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,6 +40,7 @@ from backends.base import (
     SandboxBackend,
 )
 from backends.capture.host import DO_NOTHING, Capture, HostCapture, idle_child
+from backends.capture.record import Behaviour
 from backends.ceilings import clamp as clamp_limits
 from backends.cgroups import CgroupError, CgroupManager, detect
 from backends.egress.addresses import NameResolver
@@ -161,7 +162,7 @@ class NsjailBackend(SandboxBackend):
                     f"nsjail smoke test ({language}) ended {result.status}: {detail}"
                 )
             # A do-nothing program: what it did is the runtime's own start-up.
-            self.capture.learn(language, result.behaviour)
+            await self.capture.learn(language, result.behaviour, self._behaviour_of(smoke))
 
     async def health(self) -> Health:
         problems = []
@@ -252,6 +253,12 @@ class NsjailBackend(SandboxBackend):
             self._live.pop(sandbox.name, None)
             # Only now: making a sandbox while this one starts would slow it down.
             self._replenish()
+
+    def _behaviour_of(self, spec: ExecSpec) -> Callable[[], Awaitable[Behaviour | None]]:
+        async def once() -> Behaviour | None:
+            return (await self.run(spec)).behaviour
+
+        return once
 
     async def _follow(self, sandbox: Sandbox, language: str) -> Capture | str:
         """Attribute what the claimed sandbox does from now on to this execution."""

@@ -626,3 +626,153 @@ class BackendConformance:
         assert result.status == Status.OK, result.stderr
         assert result.stdout == b"parent done\n"
         await residue_check()
+
+    # --- behaviour: what the code tried beyond the network (issue 17) ---------------
+    # Every backend records it (nsjail and docker from the host kernel, gVisor with
+    # its own trace); a backend whose capture is off fails here under CI.
+
+    async def test_behaviour_print_is_an_empty_record(self, backend: SandboxBackend) -> None:
+        for language, code in PLAIN.items():
+            result = await run_captured(backend, language, code)
+            behaviour = result.behaviour
+            assert behaviour is not None and behaviour.capture == "on", behaviour
+            assert behaviour.empty and behaviour.dropped == 0, (language, behaviour.as_dict())
+
+    async def test_behaviour_raw_and_libc_file_attempts(self, backend: SandboxBackend) -> None:
+        # Below libc: raw open, openat and openat2 (a static binary's way in), then
+        # a libc open of a missing file; the last action is the attempt itself.
+        tag = secrets.token_hex(4)
+        code = (
+            "import ctypes, os\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            f"libc.syscall(2, b'/etc/shadow-{tag}-open', 0, 0)\n"
+            "libc.syscall(257, -100, b'/etc/shadow', 0, 0)\n"
+            f"libc.syscall(437, -100, b'/proc/1/environ-{tag}', bytes(24), 24)\n"
+            "try:\n"
+            f"    open('/opt/missing-{tag}.txt')\n"
+            "except OSError:\n"
+            "    pass\n"
+            f"libc.syscall(257, -100, b'/root/.ssh/last-{tag}', 0, 0)\n"
+        )
+        behaviour = (await run_captured(backend, "python", code)).behaviour
+        assert behaviour is not None
+        seen = {(f.op, f.path) for f in behaviour.files}
+        results = {f.path: f.result for f in behaviour.files}
+        for path in (f"/etc/shadow-{tag}-open", f"/proc/1/environ-{tag}",
+                     f"/opt/missing-{tag}.txt", f"/root/.ssh/last-{tag}"):  # fmt: skip
+            assert ("open", path) in seen, (path, behaviour.as_dict())
+            assert results[path] != "ok"
+        # Whether /etc/shadow exists in the sandbox differs; the attempt is there.
+        assert any(path == "/etc/shadow" for _, path in seen), behaviour.as_dict()
+
+    async def test_behaviour_flushes_the_last_attempt(self, backend: SandboxBackend) -> None:
+        # The program ends right after the attempt: the record still has it, every time.
+        for i in range(4):
+            tag = secrets.token_hex(4)
+            code = f"cat ~/.ssh/id_rsa-{tag}"
+            behaviour = (await run_captured(backend, "bash", code)).behaviour
+            assert behaviour is not None
+            assert any(f.path.endswith(f"/.ssh/id_rsa-{tag}") for f in behaviour.files), (
+                i, behaviour.as_dict(),
+            )  # fmt: skip
+
+    async def test_behaviour_programs_with_their_arguments(self, backend: SandboxBackend) -> None:
+        code = "import subprocess\nsubprocess.run(['/bin/sh', '-c', 'id; echo pwned'])\n"
+        behaviour = (await run_captured(backend, "python", code)).behaviour
+        assert behaviour is not None
+        programs = {(p.path, p.argv, p.result) for p in behaviour.programs}
+        assert ("/bin/sh", ("/bin/sh", "-c", "id; echo pwned"), "ok") in programs, programs
+        assert any(p.path.endswith("/id") for p in behaviour.programs), programs
+        # The runtime's own start (python itself) is not the code's.
+        assert not any(p.path.endswith("python3") for p in behaviour.programs), programs
+
+    async def test_behaviour_refused_calls_and_signals(self, backend: SandboxBackend) -> None:
+        code = (
+            "import ctypes, os\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "libc.syscall(165, b'none', b'/tmp', b'tmpfs', 0, 0)\n"  # mount
+            "libc.syscall(101, 16, 1, 0, 0)\n"  # ptrace(PTRACE_ATTACH, 1)
+            "libc.syscall(272, 0x20000000 | 0x10000000)\n"  # unshare(NEWPID | NEWUSER)
+            "try:\n"
+            "    os.kill(1, 9)\n"
+            "except OSError:\n"
+            "    pass\n"
+        )
+        behaviour = (await run_captured(backend, "python", code)).behaviour
+        assert behaviour is not None
+        refused = dict(behaviour.syscalls_refused)
+        assert {"mount", "ptrace", "unshare"} <= set(refused), behaviour.as_dict()
+        assert any(
+            s.syscall == "kill" and s.target == 1 and s.signal == 9 for s in behaviour.signals
+        ), behaviour.as_dict()
+
+    async def test_behaviour_workspace_changes(self, backend: SandboxBackend) -> None:
+        code = (
+            "import os\n"
+            "open('/workspace/a.txt', 'w').write('x')\n"
+            "os.rename('/workspace/a.txt', '/workspace/b.txt')\n"
+            "os.mkdir('/workspace/d')\n"
+            "os.rmdir('/workspace/d')\n"
+            "os.unlink('/workspace/b.txt')\n"
+        )
+        behaviour = (await run_captured(backend, "python", code)).behaviour
+        assert behaviour is not None
+        seen = {(f.op, f.path, f.result) for f in behaviour.files}
+        assert {
+            ("create", "/workspace/a.txt", "ok"),
+            ("rename", "/workspace/a.txt -> /workspace/b.txt", "ok"),
+            ("mkdir", "/workspace/d", "ok"),
+            ("rmdir", "/workspace/d", "ok"),
+            ("unlink", "/workspace/b.txt", "ok"),
+        } <= seen, behaviour.as_dict()
+
+    async def test_behaviour_flood_stays_bounded(self, backend: SandboxBackend) -> None:
+        code = (
+            "import os\n"
+            "for i in range(100_000):\n"
+            "    try:\n"
+            "        os.open(f'/nonexistent/{i % 1000}', os.O_RDONLY)\n"
+            "    except OSError:\n"
+            "        pass\n"
+        )
+        result = await run_captured(backend, "python", code, timeout_s=60.0)
+        assert result.status == Status.OK, result.stderr
+        behaviour = result.behaviour
+        assert behaviour is not None
+        flood = [f for f in behaviour.files if f.path.startswith("/nonexistent/")]
+        # Folded and capped: at most the entry cap, the rest counted, nothing lost.
+        assert 0 < len(behaviour.files) <= 256
+        assert sum(f.count for f in flood) + behaviour.dropped >= 100_000
+        assert behaviour.dropped > 0
+        assert len(json.dumps(behaviour.as_dict())) <= 2 * 64 * 1024
+
+    async def test_behaviour_is_per_execution(self, backend: SandboxBackend) -> None:
+        tag = secrets.token_hex(4)
+        first = await run_captured(backend, "bash", f"cat /etc/first-{tag}; sleep 0.2")
+        second = await run_captured(backend, "bash", "echo 1")
+        assert first.behaviour is not None and second.behaviour is not None
+        assert any(tag in f.path for f in first.behaviour.files)
+        assert second.behaviour.empty, second.behaviour.as_dict()
+        # At once, too: each record holds only its own execution's attempts.
+        a, b = await asyncio.gather(
+            run_captured(backend, "bash", f"cat /etc/a-{tag}"),
+            run_captured(backend, "bash", f"cat /etc/b-{tag}"),
+        )
+        assert a.behaviour is not None and b.behaviour is not None
+        assert {f.path for f in a.behaviour.files} == {f"/etc/a-{tag}"}, a.behaviour.as_dict()
+        assert {f.path for f in b.behaviour.files} == {f"/etc/b-{tag}"}, b.behaviour.as_dict()
+
+
+PLAIN = {"python": "print(1)", "bash": "echo 1", "javascript": "console.log(1)"}
+
+
+async def run_captured(
+    backend: SandboxBackend, language: str, code: str, **limits: float
+) -> ExecResult:
+    """`run`, on a backend that records behaviour (missing capture fails under CI)."""
+    on, why = backend.capture_status()
+    if not on:
+        missing_component(f"{backend.name}: behaviour capture is off: {why}")
+    result = await run(backend, language, code, **limits)
+    assert result.behaviour is not None and result.behaviour.capture == "on", result.behaviour
+    return result

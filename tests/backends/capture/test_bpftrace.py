@@ -1,0 +1,46 @@
+"""The tracer's program and its lines (pure): what the kernel side filters and prints."""
+
+from __future__ import annotations
+
+from backends.capture.bpftrace import BARRIER_WHICH, Line, open_op, parse, program
+
+
+def test_the_filter_and_the_key_follow_the_gateways_level() -> None:
+    text = program(level=2, cap=100)
+    # Only tasks below the gateway's namespace; each named by the one just below it,
+    # so a namespace the code makes inside its sandbox is still the sandbox's.
+    assert "/curtask->thread_pid->level > 2/" in text
+    assert "((struct upid *)curtask->thread_pid->numbers + 3)->ns->ns.inum" in text
+    assert "@n[$ns] > 100" in text
+    assert f"args->which == {BARRIER_WHICH}" in text
+    # Refusals are exits without their entry: both raw tracepoints are used.
+    assert "tracepoint:raw_syscalls:sys_enter" in text
+    assert "tracepoint:raw_syscalls:sys_exit" in text
+    calls = ("openat", "openat2", "creat", "unlinkat", "renameat2", "mkdirat", "rmdir",
+             "execve", "execveat", "kill", "tgkill", "ptrace", "process_vm_writev")  # fmt: skip
+    for call in calls:
+        assert f"sys_enter_{call} " in text, call
+
+
+def test_a_path_keeps_every_byte_of_its_own() -> None:
+    # The path is the last field: spaces, newlines and anything that looks like
+    # another event stay inside it.
+    line = parse("f 4026532001 7 123 1 0 -2 /tmp/a b\nf 4026532999 1 1 1 0 0 /etc/x\n")
+    forged = "/tmp/a b\nf 4026532999 1 1 1 0 0 /etc/x"
+    assert line == Line("f", 4026532001, 7, 123, (1, 0, -2), forged)
+
+
+def test_malformed_lines_are_ignored() -> None:
+    for data in ("", "q 1 2 3", "f 1 2 3", "f x 2 3 1 0 0 /p", "r 1 2 3 4", "r 1 2 3 4 5 6",
+                 "X 1 2 3 zero", "b 1 2"):  # fmt: skip
+        assert parse(data) is None, data
+    assert parse("r 5 6 7 165 -1\n") == Line("r", 5, 6, 7, (165, -1))
+    assert parse("b 5 1 9 12\n") == Line("b", 5, 1, 9, (12,))
+
+
+def test_open_flags_name_the_operation() -> None:
+    assert open_op(0) == "open"
+    assert open_op(0o2000000) == "open"  # O_CLOEXEC alone reads
+    assert open_op(1) == "write" and open_op(2) == "write"
+    assert open_op(0o1000) == "write"  # O_TRUNC
+    assert open_op(0o101) == "create"

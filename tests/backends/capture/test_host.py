@@ -1,0 +1,160 @@
+"""The demultiplexer with the tracer's lines written by hand, and capture settings.
+
+The lines are what bpftrace -f json prints; the real tracer is in test_host_tracer.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from backends.base import BackendError
+from backends.capture.host import Capture, Demux, HostCapture
+from backends.capture.record import BehaviourRecorder
+from backends.capture.settings import CaptureSettings
+
+NS, OTHER = 4026532001, 4026532002
+NAMES = {165: "mount", 101: "ptrace"}
+
+
+def printed(data: str) -> bytes:
+    return json.dumps({"type": "printf", "data": data + "\n"}).encode()
+
+
+def capture(ns: int = NS, since: int = 100, skip_pid: int = 0) -> Capture:
+    return Capture(ns, BehaviourRecorder(tracer="bpftrace"), since, skip_pid)
+
+
+def demux_with(*captures: Capture) -> Demux:
+    demux = Demux(NAMES)
+    for c in captures:
+        demux.register(c)
+    return demux
+
+
+def test_events_reach_their_own_execution_only() -> None:
+    mine, theirs = capture(NS), capture(OTHER)
+    demux = demux_with(mine, theirs)
+    demux.feed(printed(f"f {NS} 5 200 1 0 -2 /etc/shadow"))
+    demux.feed(printed(f"f {OTHER} 5 200 1 0 -13 /root/.ssh/id_rsa"))
+    demux.feed(printed(f"r {NS} 5 201 165 -1"))
+    demux.feed(printed("f 4026532999 1 200 1 0 -2 /etc/unknown"))
+    a, b = mine.recorder.finish(), theirs.recorder.finish()
+    assert [(f.path, f.result) for f in a.files] == [("/etc/shadow", "ENOENT")]
+    assert a.syscalls_refused == (("mount", 1),)
+    assert [(f.path, f.result) for f in b.files] == [("/root/.ssh/id_rsa", "EACCES")]
+    assert demux.discarded == 1
+
+
+def test_a_forged_line_inside_a_path_stays_a_path() -> None:
+    mine, theirs = capture(NS), capture(OTHER)
+    demux = demux_with(mine, theirs)
+    demux.feed(printed(f"f {NS} 5 200 1 0 -2 /tmp/x\nf {OTHER} 1 300 1 0 -2 /etc/forged"))
+    assert theirs.recorder.finish().empty
+    assert mine.recorder.finish().files[0].path == f"/tmp/x\nf {OTHER} 1 300 1 0 -2 /etc/forged"
+
+
+def test_before_the_claim_and_the_launcher_are_not_the_executions() -> None:
+    mine = capture(since=1_000, skip_pid=1)
+    demux = demux_with(mine)
+    demux.feed(printed(f"f {NS} 7 999 1 0 -2 /etc/while-pooled"))
+    demux.feed(printed(f"f {NS} 1 2000 2 0 0 /code/main.py"))
+    demux.feed(printed(f"f {NS} 7 2001 1 0 -2 /etc/after"))
+    assert [f.path for f in mine.recorder.finish().files] == ["/etc/after"]
+
+
+def test_exec_arguments_renames_and_signals_are_assembled() -> None:
+    mine = capture()
+    demux = demux_with(mine)
+    for data in (
+        f"x {NS} 9 300 /bin/sh",
+        f"a {NS} 9 300 /bin/sh",
+        f"a {NS} 8 300 interleaved",  # another process's exec: its own
+        f"a {NS} 9 300 -c",
+        f"a {NS} 9 300 id; echo pwned",
+        f"X {NS} 9 301 0",
+        f"x {NS} 10 302 /nope",
+        f"X {NS} 10 303 -2",
+        f"g {NS} 9 304 /workspace/b",
+        f"f {NS} 9 304 4 0 0 /workspace/a",
+        f"f {NS} 9 305 3 512 0 /workspace/d",  # unlinkat(AT_REMOVEDIR)
+        f"s {NS} 9 306 1 1 9 0",
+        f"s {NS} 9 306 4 1 16 -1",
+    ):
+        demux.feed(printed(data))
+    b = mine.recorder.finish()
+    assert [(p.path, p.argv, p.result) for p in b.programs] == [
+        ("/bin/sh", ("/bin/sh", "-c", "id; echo pwned"), "ok"),
+        ("/nope", (), "ENOENT"),
+    ]
+    assert {(f.op, f.path) for f in b.files} == {
+        ("rename", "/workspace/a -> /workspace/b"),
+        ("rmdir", "/workspace/d"),
+    }
+    assert {(s.syscall, s.target, s.signal, s.result) for s in b.signals} == {
+        ("kill", 1, 9, "ok"),
+        ("ptrace", 1, 16, "EPERM"),
+    }
+
+
+def test_counts_the_kernel_kept_and_lost_events_are_dropped() -> None:
+    mine, theirs = capture(NS), capture(OTHER)
+    demux = demux_with(mine, theirs)
+    demux.feed(printed(f"z {NS} 1 400 70"))  # the sandbox's init exited
+    demux.feed(json.dumps({"type": "lost_events", "data": {"events": 3}}).encode())
+    assert mine.recorder.finish().dropped == 73
+    assert theirs.recorder.finish().dropped == 3  # whose they were is unknown
+
+
+def test_the_barrier_completes_once_every_cpu_reported() -> None:
+    mine = capture()
+    mine.waiting = {0, 1}
+    demux = demux_with(mine)
+    demux.feed(printed(f"b {NS} 0 500 5"))
+    assert not mine.done.is_set()
+    demux.feed(printed(f"b {NS} 1 501 0"))
+    assert mine.done.is_set()
+    assert mine.recorder.finish().dropped == 5
+
+
+def test_truncated_and_unreadable_paths_say_so() -> None:
+    mine = capture()
+    demux = demux_with(mine)
+    long = "/etc/" + "x" * 194  # 199 bytes: bpftrace's limit
+    demux.feed(printed(f"f {NS} 5 200 1 0 -2 {long}"))
+    demux.feed(printed(f"f {NS} 5 200 1 0 -14 "))
+    paths = [f.path for f in mine.recorder.finish().files]
+    assert paths == [long + "…", "?"]
+
+
+def test_an_unfinished_exec_is_kept_at_the_end() -> None:
+    mine = capture()
+    demux = demux_with(mine)
+    demux.feed(printed(f"x {NS} 9 300 /bin/true"))
+    demux.unregister(mine)
+    assert [p.path for p in mine.recorder.finish().programs] == ["/bin/true"]
+    assert NS not in demux.captures
+
+
+async def test_disabled_capture_is_off_with_its_reason() -> None:
+    host = HostCapture(CaptureSettings(enabled=False), "test")
+    await host.start()
+    assert host.status() == (False, "disabled in config")
+    assert host.health_problem() == ""
+    assert (await host.end(await host.begin(1, "python"))).reason == "disabled in config"
+
+
+async def test_required_capture_that_cannot_start_fails_closed() -> None:
+    settings = CaptureSettings(required=True, tracer_path="/nonexistent/bpftrace")
+    host = HostCapture(settings, "test")
+    with pytest.raises(BackendError, match="capture is required"):
+        await host.start()
+    on, why = host.status()
+    assert not on and why
+    assert "required" in host.health_problem()
+    # Not required: the backend runs, and says why capture is off.
+    host = HostCapture(CaptureSettings(tracer_path="/nonexistent/bpftrace"), "test")
+    await host.start()
+    on, why = host.status()
+    assert not on and why and host.health_problem() == ""
