@@ -216,14 +216,20 @@ class DockerBackend(SandboxBackend):
         return self.capture.status()
 
     async def run(self, spec: ExecSpec) -> ExecResult:
+        return await self._run(spec, pooled=True)
+
+    async def _run(self, spec: ExecSpec, pooled: bool) -> ExecResult:
+        """`pooled=False`: the backend's own runs at start (a container of their own;
+        the pool neither follows nor serves them)."""
         factory = self._require_factory()
         if spec.language not in self._languages:
             raise BackendError(f"{self.name} backend does not serve language {spec.language!r}")
         spec = dataclasses.replace(spec, limits=self.clamp(spec.limits))
         shape = Shape.of(spec.limits)
-        self.pool.want(shape)
+        if pooled:
+            self.pool.want(shape)
         source = Source(
-            take=lambda: self.pool.take(shape),
+            take=lambda: self.pool.take(shape) if pooled else None,
             dead=factory.dead,
             make=lambda: factory.make(shape, spec.execution_id),
             discard=lambda container: self._background.start(factory.dispose(container)),
@@ -234,7 +240,8 @@ class DockerBackend(SandboxBackend):
                 source, s.start_attempts, s.start_deadline_s, self.start_failures
             )
         except BackendError:
-            self.pool.replenish()  # in place of the dead and the failed
+            if pooled:
+                self.pool.replenish()  # in place of the dead and the failed
             raise
         self._live[container.name] = container
         capture: Capture | str | None = None
@@ -260,10 +267,14 @@ class DockerBackend(SandboxBackend):
             self.capture.drop(capture)
             # Nothing of the program runs in it any more (or its forced removal kills
             # it): removal goes on in the background, tracked, and survives this
-            # request's cancellation; the reaper is the backstop.
-            self._background.start(factory.dispose(container))
+            # request's cancellation; the reaper is the backstop. The backend's own
+            # runs at start wait for it, as the probe does: start() leaves only the pool.
+            removal = self._background.start(factory.dispose(container))
+            if not pooled:
+                await asyncio.shield(removal)
             self._live.pop(container.name, None)
-            self.pool.replenish()
+            if pooled:
+                self.pool.replenish()
 
     # --- pool, reaper, probe ---------------------------------------------------------
 
@@ -375,7 +386,7 @@ class DockerBackend(SandboxBackend):
             )
 
             async def once(spec: ExecSpec = spec) -> Behaviour | None:
-                result = await self.run(spec)
+                result = await self._run(spec, pooled=False)
                 if result.status != Status.OK:
                     detail = result.stderr.decode(errors="replace")[-300:]
                     raise BackendError(

@@ -13,7 +13,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from backends.base import Status
+from backends.base import BackendError, Status
+from backends.capture.settings import CaptureSettings
 from backends.docker.backend import DockerBackend
 from backends.docker.settings import DockerSettings
 from tests.backends.conformance import FORK_BOMB, BackendConformance, fork_bomb_peak, lines, run
@@ -100,3 +101,12 @@ async def test_health_and_capabilities(backend: DockerBackend) -> None:
     assert caps.languages == {"python", "bash", "javascript"}
     assert caps.usage_accounting and caps.egress  # runc: backends/egress/
     assert caps.extra["runtime"] == "runc"
+
+
+async def test_required_capture_unavailable_fails_closed() -> None:
+    missing = CaptureSettings(required=True, tracer_path="/nonexistent/bpftrace")
+    backend = DockerBackend(DockerSettings(pool_size=0, capture=missing))
+    with pytest.raises(BackendError, match="behaviour capture is required"):
+        await backend.start()
+    assert not backend.capture_status()[0]
+    await backend.close()

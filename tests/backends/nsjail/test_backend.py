@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from backends.base import BackendError, ExecSpec, Limits, Status
+from backends.capture.settings import CaptureSettings
 from backends.cgroups import CgroupLimits
 from backends.nsjail.backend import NsjailBackend
 from backends.nsjail.settings import NsjailSettings
@@ -372,3 +373,32 @@ async def test_without_a_pool_sandboxes_are_made_on_demand(
         await assert_nsjail_host_clean(backend)
     finally:
         await backend.close()
+
+
+# --- behaviour capture: off, and required -------------------------------------------
+
+
+async def test_capture_disabled_says_so_on_every_result(nsjail_settings: NsjailSettings) -> None:
+    settings = nsjail_settings.model_copy(
+        update={"capture": CaptureSettings(enabled=False), "warm_pool_size": 0}
+    )
+    backend = NsjailBackend(settings)
+    await backend.start()
+    try:
+        assert backend.capture_status() == (False, "disabled in config")
+        result = await run(backend, "python", "open('/etc/shadow')")
+        assert result.behaviour is not None
+        assert (result.behaviour.capture, result.behaviour.reason) == ("off", "disabled in config")
+        assert (await backend.health()).ok
+    finally:
+        await backend.close()
+
+
+async def test_required_capture_unavailable_fails_closed(nsjail_settings: NsjailSettings) -> None:
+    missing = CaptureSettings(required=True, tracer_path="/nonexistent/bpftrace")
+    backend = NsjailBackend(nsjail_settings.model_copy(update={"capture": missing}))
+    with pytest.raises(BackendError, match="behaviour capture is required"):
+        await backend.start()
+    assert not backend.capture_status()[0]
+    health = await backend.health()
+    assert not health.ok and "capture is required" in health.detail
