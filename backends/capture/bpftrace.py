@@ -22,7 +22,12 @@ exiting), so a flood costs bounded work in the tracer and the gateway.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from importlib import resources
+
+from backends.capture.record import RUNTIME_PREFIXES, SENSITIVE_PREFIXES
 
 # getpriority(BARRIER_WHICH, ns) from the gateway: "print what you have for ns".
 # An invalid `which` (EINVAL), so the call does nothing else.
@@ -45,6 +50,10 @@ SIGNAL_CALLS = {
     6: "process_vm_writev",
 }
 O_ACCMODE, O_CREAT, O_TRUNC = 0o3, 0o100, 0o1000
+OPEN_CHANGES = O_ACCMODE | O_CREAT | O_TRUNC
+# The head of a path the kernel side compares with the prefixes below (a short read:
+# the BPF stack holds the full path once, for the line).
+PREFIX_LEN = 16
 AT_REMOVEDIR = 0x200
 
 # (tracepoint, op code, path argument, second path argument or "", flags expression)
@@ -73,8 +82,9 @@ _SIGNAL_CALLS = (
 )
 
 
-def program(level: int, cap: int) -> str:
-    """The bpftrace program for a gateway whose pid namespace is at `level`."""
+def program(level: int, cap: int, refusable: Sequence[str] = ()) -> str:
+    """The bpftrace program for a gateway whose pid namespace is at `level`;
+    `refusable`: the system calls whose refusals are named (refusable_calls)."""
     k = level + 1
     upid = f"((struct upid *)curtask->thread_pid->numbers + {k})"
     inside = f"/curtask->thread_pid->level > {level}/"
@@ -82,20 +92,39 @@ def program(level: int, cap: int) -> str:
     # Counted for every printed event of a namespace; past the cap only counted.
     gate = f"@n[$ns]++; if (@n[$ns] > {cap}) {{ @over[$ns]++; }} else {{"
     parts = ['BEGIN { printf("ready\\n"); }']
+    # Which opens the record would not keep, decided at entry on the path's head (a
+    # short read; the exit's stack holds the full path for its line): a successful
+    # plain open outside the sensitive places (a superset is kept: the prefixes
+    # without their slash), a failed look-up in the runtimes' own directories
+    # (backends/capture/record.py has the same rules).
+    sensitive = " || ".join(f'strncmp($h, "{p}", {len(p)}) == 0' for p in SENSITIVE_PREFIXES)
+    lookup = " || ".join(f'strncmp($h, "{p}/", {len(p) + 1}) == 0' for p in RUNTIME_PREFIXES)
     for call, op, path, path2, flags in _FILE_CALLS:
         second = f" @b[tid] = (uint64)args->{path2};" if path2 else ""
+        quiet = ""
+        if op == 1:
+            quiet = (
+                f"\n  $h = str(args->{path}, {PREFIX_LEN});"
+                f" if ((@fl[tid] & {OPEN_CHANGES}) == 0 && !({sensitive})) {{ @plain[tid] = 1; }}"
+                f" if ({lookup}) {{ @lookup[tid] = 1; }}"
+            )
         parts.append(
             f"tracepoint:syscalls:sys_enter_{call} {inside} {{ @op[tid] = {op};"
-            f" @a[tid] = (uint64)args->{path};{second} @fl[tid] = (int64){flags}; }}"
+            f" @a[tid] = (uint64)args->{path};{second} @fl[tid] = (int64){flags};{quiet} }}"
         )
     exits = ",\n".join(f"tracepoint:syscalls:sys_exit_{c[0]}" for c in _FILE_CALLS)
     parts.append(
-        f"{exits}\n/@op[tid]/ {{ {head} {gate}\n"
+        f"{exits}\n/@op[tid]/ {{\n"
+        # What the record would not keep is not printed (nor counted against the cap).
+        "  $keep = 1; if (args->ret >= 0 && @plain[tid]) { $keep = 0; }\n"
+        "  if (args->ret == -2 && @lookup[tid]) { $keep = 0; }\n"
+        f"  if ($keep) {{ {head} {gate}\n"
         # A rename's new name first (its own line: two strings overflow the stack).
         f'  if (@b[tid]) {{ printf("g %u %d %llu %s\\n", $ns, $p, nsecs, str(@b[tid])); }}\n'
         f'  printf("f %u %d %llu %d %d %d %s\\n", $ns, $p, nsecs, @op[tid], @fl[tid],'
-        f" args->ret, str(@a[tid])); }}\n"
-        "  delete(@op[tid]); delete(@a[tid]); delete(@b[tid]); delete(@fl[tid]); }"
+        f" args->ret, str(@a[tid])); }} }}\n"
+        "  delete(@op[tid]); delete(@a[tid]); delete(@b[tid]); delete(@fl[tid]);"
+        " delete(@plain[tid]); delete(@lookup[tid]); }"
     )
     # execve: path and arguments at entry (after a successful exec they are gone).
     args = "".join(
@@ -127,19 +156,25 @@ def program(level: int, cap: int) -> str:
         "  delete(@sg[tid]); delete(@st[tid]); delete(@ss[tid]); }"
     )
     # Refusals: an exit without its entry (a new task's first return is not one:
-    # it returns 0).
-    parts.append(f"tracepoint:raw_syscalls:sys_enter {inside} {{ @in[tid] = args->id + 1; }}")
-    parts.append(
-        f"tracepoint:raw_syscalls:sys_exit {inside} {{\n"
-        f"  if (args->ret < 0 && @in[tid] != args->id + 1) {{ {head} {gate}\n"
-        '    printf("r %u %d %llu %d %d\\n", $ns, $p, nsecs, args->id, args->ret); } }\n'
-        "  delete(@in[tid]); }"
-    )
+    # it returns 0), on the calls the policy may refuse only: the raw_syscalls
+    # tracepoints would tax every system call of every process on the host.
+    if refusable:
+        enters = ",\n".join(f"tracepoint:syscalls:sys_enter_{c}" for c in refusable)
+        exits = ",\n".join(f"tracepoint:syscalls:sys_exit_{c}" for c in refusable)
+        parts.append(f"{enters}\n{inside} {{ @in[tid] = args->__syscall_nr + 1; }}")
+        parts.append(
+            f"{exits}\n{inside} {{\n"
+            f"  if (args->ret < 0 && @in[tid] != args->__syscall_nr + 1) {{ {head} {gate}\n"
+            '    printf("r %u %d %llu %d %d\\n", $ns, $p, nsecs, args->__syscall_nr, args->ret);'
+            " } }\n"
+            "  delete(@in[tid]); }"
+        )
     # The end of a sandbox: its init exiting (the namespace's last word), or the
     # gateway's barrier on each CPU; either prints and forgets the namespace's count.
     parts.append(
         f"tracepoint:sched:sched_process_exit {inside} {{\n"
         "  delete(@in[tid]); delete(@op[tid]); delete(@a[tid]); delete(@b[tid]);"
+        " delete(@plain[tid]); delete(@lookup[tid]);"
         " delete(@fl[tid]); delete(@x[tid]); delete(@sg[tid]); delete(@st[tid]);"
         " delete(@ss[tid]);\n"
         f"  if (curtask->thread_pid->level == {k} && {upid}->nr == 1) {{ {head}\n"
@@ -153,6 +188,39 @@ def program(level: int, cap: int) -> str:
         " delete(@over[$ns]); delete(@n[$ns]); }"
     )
     return "\n".join(parts) + "\n"
+
+
+def allowed_calls(kafel: str) -> set[str]:
+    """The calls the allowlist (backends/seccomp.kafel) allows whatever their
+    arguments: their refusals cannot happen under it."""
+    text = re.sub(r"//[^\n]*", "", kafel)
+    allowed: set[str] = set()
+    for block in re.finditer(r"\bALLOW\s*\{", text):
+        depth, pos, item, conditional = 1, block.end(), "", False
+        while depth:
+            char = text[pos]
+            pos += 1
+            if char in "({":
+                depth += 1
+                conditional = True
+            elif char in ")}":
+                depth -= 1
+            if (depth == 1 and char == ",") or depth == 0:
+                if not conditional:
+                    allowed.add(item.strip())
+                item, conditional = "", False
+            elif depth == 1 and char not in ")}":
+                item += char
+    return {name for name in allowed if re.fullmatch(r"[a-z0-9_]+", name)}
+
+
+def refusable_calls(tracepoints: Iterable[str], kafel: str | None = None) -> list[str]:
+    """System calls with tracepoints (names as in events/syscalls) the bundled
+    allowlist may refuse: every one but those it allows unconditionally."""
+    if kafel is None:
+        kafel = resources.files("backends").joinpath("seccomp.kafel").read_text()
+    allowed = allowed_calls(kafel)
+    return sorted(set(tracepoints) - allowed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +273,6 @@ def open_op(flags: int) -> str:
     """What an open with these flags does to the file."""
     if flags & O_CREAT:
         return "create"
-    if flags & O_ACCMODE or flags & O_TRUNC:
+    if flags & OPEN_CHANGES:
         return "write"
     return "open"

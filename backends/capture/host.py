@@ -45,6 +45,7 @@ from backends.capture.bpftrace import (
     open_op,
     parse,
     program,
+    refusable_calls,
 )
 from backends.capture.record import Baseline, Behaviour, BehaviourRecorder, capture_off
 from backends.capture.settings import CaptureSettings
@@ -204,6 +205,19 @@ class Demux:
             recorder.refused(self.names.get(number, f"syscall {number}"))
 
 
+def _refusable() -> list[str]:
+    """The calls the policy may refuse that this kernel has tracepoints for (blocking);
+    not those whose arguments bpftrace 0.17 cannot declare (enum types)."""
+    events = TRACEFS / "events" / "syscalls"
+    names = []
+    for entry in os.listdir(events):
+        if entry.startswith("sys_enter_"):
+            with contextlib.suppress(OSError):
+                if "enum " not in (events / entry / "format").read_text():
+                    names.append(entry[len("sys_enter_") :])
+    return refusable_calls(names)
+
+
 def pid_level(pid: int | str = "self") -> int:
     """How deep `pid`'s pid namespace is, as this process sees it (NSpid entries)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -301,7 +315,7 @@ class HostTracer:
             "BPFTRACE_MAP_KEYS_MAX": str(MAP_KEYS),
             "BPFTRACE_PERF_RB_PAGES": str(PERF_PAGES),
         }
-        script = program(self.level, KERNEL_CAP)
+        script = program(self.level, KERNEL_CAP, await asyncio.to_thread(_refusable))
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 tracer, "-q", "-f", "json", "-B", "line", "-e", script,

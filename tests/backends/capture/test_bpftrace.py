@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
-from backends.capture.bpftrace import BARRIER_WHICH, Line, open_op, parse, program
+from backends.capture.bpftrace import (
+    BARRIER_WHICH,
+    Line,
+    allowed_calls,
+    open_op,
+    parse,
+    program,
+    refusable_calls,
+)
 
 
 def test_the_filter_and_the_key_follow_the_gateways_level() -> None:
-    text = program(level=2, cap=100)
+    text = program(level=2, cap=100, refusable=["mount", "ptrace"])
     # Only tasks below the gateway's namespace; each named by the one just below it,
     # so a namespace the code makes inside its sandbox is still the sandbox's.
     assert "/curtask->thread_pid->level > 2/" in text
     assert "((struct upid *)curtask->thread_pid->numbers + 3)->ns->ns.inum" in text
     assert "@n[$ns] > 100" in text
     assert f"args->which == {BARRIER_WHICH}" in text
-    # Refusals are exits without their entry: both raw tracepoints are used.
-    assert "tracepoint:raw_syscalls:sys_enter" in text
-    assert "tracepoint:raw_syscalls:sys_exit" in text
+    # Refusals are exits without their entry, on the calls the policy may refuse
+    # (raw_syscalls would cost every system call on the host).
+    assert "tracepoint:syscalls:sys_exit_mount,\ntracepoint:syscalls:sys_exit_ptrace" in text
+    assert "raw_syscalls" not in text
     calls = ("openat", "openat2", "creat", "unlinkat", "renameat2", "mkdirat", "rmdir",
              "execve", "execveat", "kill", "tgkill", "ptrace", "process_vm_writev")  # fmt: skip
     for call in calls:
@@ -44,3 +53,18 @@ def test_open_flags_name_the_operation() -> None:
     assert open_op(1) == "write" and open_op(2) == "write"
     assert open_op(0o1000) == "write"  # O_TRUNC
     assert open_op(0o101) == "create"
+
+
+def test_refusable_calls_are_all_but_the_unconditionally_allowed() -> None:
+    kafel = (
+        "POLICY p { ALLOW { read, write,\n"
+        "  clone(flags) { (flags & 1) == 0 }, // a condition: refusable\n"
+        "  socket(family, type, protocol) { family == 1 || (family == 16 && protocol == 0) },"
+        "  brk } }\nUSE p DEFAULT ERRNO(1)"
+    )
+    assert allowed_calls(kafel) == {"read", "write", "brk"}
+    calls = ["read", "write", "brk", "clone", "socket", "mount"]
+    assert refusable_calls(calls, kafel) == ["clone", "mount", "socket"]
+    # The bundled allowlist: the privileged calls are refusable, the plain ones not.
+    bundled = refusable_calls(["mount", "unshare", "ptrace", "bpf", "openat", "read", "ioctl"])
+    assert bundled == ["bpf", "ioctl", "mount", "ptrace", "unshare"]
