@@ -1,0 +1,294 @@
+"""gVisor's own trace of a sandbox, read into a behaviour record.
+
+docker-gvisor's programs run on gVisor's kernel (the Sentry), not the host's, so a
+host tracer would see only the Sentry. The Sentry traces itself: runsc's
+`--strace` with `--strace-syscalls` logs each listed system call on exit with its
+decoded arguments (paths, argv) and its return value, and with `--debug` every
+call its seccomp filter (the container's profile, `--oci-seccomp`) refused;
+unimplemented calls are logged at any level. The runtime `runsc-capture`
+(deploy/docker/runsc-capture, registered by start-dockerd.sh) writes that log,
+JSON lines, to a directory per container on the host: the Sentry writes it, the
+sandboxed code cannot reach it.
+
+This build of runsc (2022-12) also has runtime monitoring (`runsc trace`, a remote
+sink), but its schematized points decode paths only for open(at), creat, execve
+and chdir (rename, unlink, mkdir, kill are raw registers), and neither it nor the
+strace sees a call the seccomp filter refused: the strace log has both.
+
+Lines the code can shape (paths, argv, its own command name) are JSON-escaped by
+the Sentry, so a path with a newline is still one line; within a line a path can
+only blur its own fields (a comma inside a path), never make another event.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import re
+import signal as signals
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from backends.capture.record import BehaviourRecorder
+
+TRACER = "gvisor-strace"
+# The calls the capture runtime must trace (start-dockerd.sh writes the same list).
+TRACED = (
+    "open", "openat", "creat", "rename", "renameat", "renameat2", "unlink", "unlinkat",
+    "mkdir", "mkdirat", "rmdir", "link", "linkat", "symlink", "symlinkat", "truncate",
+    "execve", "execveat", "kill", "tkill", "tgkill", "ptrace", "process_vm_readv",
+    "process_vm_writev", "pidfd_send_signal", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+)  # fmt: skip
+# What the capture runtime's args must hold (backends/docker/gvisor.py checks them).
+REQUIRED_ARGS = ("--strace", "--debug")
+UNISTD = Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h")
+# The launcher, PID 1 of every docker sandbox: what it does is not the code's.
+LAUNCHER_TGID = 1
+# Bytes of a trace parsed per execution; past them only the exits are counted (a
+# flood of failed opens costs the gateway bounded CPU and memory).
+PARSE_BYTES = 32 * 1024 * 1024
+READ_CHUNK = 1 << 20
+AT_REMOVEDIR = 0x200
+
+# "[ tgid: tid] comm X name(args) = ret (0xret)[ errno=N (text)] (duration)"
+TASK = re.compile(r"\[\s*(\d+):\s*(\d+)\] (.*)\Z", re.S)
+EXIT_TAIL = re.compile(r"\) = (-?\d+) \(0x[0-9a-f]+\)(?: errno=(\d+) \([^()]*\))? \([^()]*\)\Z")
+EXIT_HEAD = re.compile(r" X (\w+)\(")
+COMM_MAX = 15  # TASK_COMM_LEN - 1: a forged " X name(" inside the name comes earlier
+DENIED = re.compile(r"Syscall (\d+): denied by seccomp\Z")
+UNSUPPORTED = re.compile(r"Unsupported syscall (\w+)\(")
+
+_FD = r"(?:AT_FDCWD|0x[0-9a-f]+|-?\d+)"
+_PATH = r"0x[0-9a-f]+ (?P<{}>.*)"
+_DIRFD = _FD + r"(?: (?P<{}>.*?))?"
+_WORD = r"(?P<{}>[\w|]+)"
+_NUM = r"(?P<{}>0x[0-9a-f]+|-?\d+)"
+_SIG = r"(?P<{}>\w+)"
+
+
+def _args(*parts: str) -> re.Pattern[str]:
+    return re.compile(", ".join(parts) + r"\Z", re.S)
+
+
+def _fields(*spec: tuple[str, str]) -> re.Pattern[str]:
+    return _args(*(kind.format(name) for kind, name in spec))
+
+
+PATH1, PATH2 = (_PATH, "path"), (_PATH, "path2")
+DIR1, DIR2 = (_DIRFD, "dir"), (_DIRFD, "dir2")
+ANY = r"[^,]*"
+FORMS: dict[str, re.Pattern[str]] = {
+    "open": _fields(PATH1, (_WORD, "flags"), (ANY, "")),
+    "openat": _fields(DIR1, PATH1, (_WORD, "flags"), (ANY, "")),
+    "creat": _fields(PATH1, (ANY, "")),
+    "truncate": _fields(PATH1, (ANY, "")),
+    "unlink": _fields(PATH1),
+    "rmdir": _fields(PATH1),
+    "unlinkat": _fields(DIR1, PATH1, (_NUM, "flags")),
+    "mkdir": _fields(PATH1, (ANY, "")),
+    "mkdirat": _fields(DIR1, PATH1, (ANY, "")),
+    "rename": _fields(PATH1, PATH2),
+    "link": _fields(PATH1, PATH2),
+    "symlink": _fields(PATH1, PATH2),
+    "renameat": _fields(DIR1, PATH1, DIR2, PATH2),
+    "renameat2": _fields(DIR1, PATH1, DIR2, PATH2, (ANY, "")),
+    "linkat": _fields(DIR1, PATH1, DIR2, PATH2, (ANY, "")),
+    "symlinkat": _fields(PATH1, DIR2, PATH2),
+    "kill": _fields((_NUM, "pid"), (_SIG, "sig")),
+    "tkill": _fields((_NUM, "pid"), (_SIG, "sig")),
+    "tgkill": _fields((_NUM, "pid"), (_NUM, "tid"), (_SIG, "sig")),
+    "rt_sigqueueinfo": _fields((_NUM, "pid"), (_SIG, "sig"), (ANY, "")),
+    "rt_tgsigqueueinfo": _fields((_NUM, "pid"), (_NUM, "tid"), (_SIG, "sig"), (ANY, "")),
+    "pidfd_send_signal": _fields((r"(?P<{}>.*)", "pid"), (_SIG, "sig"), (ANY, ""), (ANY, "")),
+    "ptrace": _fields((_SIG, "sig"), (_NUM, "pid"), (ANY, ""), (ANY, "")),
+    "process_vm_readv": re.compile(r"(?P<pid>0x[0-9a-f]+|-?\d+), .*\Z", re.S),
+    "process_vm_writev": re.compile(r"(?P<pid>0x[0-9a-f]+|-?\d+), .*\Z", re.S),
+}
+EXEC = re.compile(
+    r"(?:" + _FD + r"(?: .*?)?, )?0x[0-9a-f]+ (?P<path>.*?), 0x[0-9a-f]+ \[(?P<argv>.*?)\], "
+    r"0x[0-9a-f]+ \[.*\Z",
+    re.S,
+)
+QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+PTRACE_REQUESTS = {"PTRACE_TRACEME": 0, "PTRACE_PEEKTEXT": 1, "PTRACE_PEEKDATA": 2,
+                   "PTRACE_POKETEXT": 4, "PTRACE_POKEDATA": 5, "PTRACE_CONT": 7,
+                   "PTRACE_KILL": 8, "PTRACE_ATTACH": 16, "PTRACE_DETACH": 17,
+                   "PTRACE_SEIZE": 0x4206, "PTRACE_INTERRUPT": 0x4207}  # fmt: skip
+
+
+def syscall_names(header: Path = UNISTD) -> dict[int, str]:
+    """x86-64 numbers -> names from the kernel headers ({} without them: numbers)."""
+    try:
+        text = header.read_text()
+    except OSError:
+        return {}
+    return {int(n): name for name, n in re.findall(r"#define __NR_(\w+)\s+(\d+)", text)}
+
+
+def _int(text: str) -> int:
+    with contextlib.suppress(ValueError):
+        return int(text, 0)
+    return -1
+
+
+def _signal(text: str) -> int:
+    if text in PTRACE_REQUESTS:
+        return PTRACE_REQUESTS[text]
+    with contextlib.suppress(KeyError):
+        return int(signals.Signals[text])
+    return _int(text)
+
+
+def _unquote(token: str) -> str:
+    # Go's %q; Python reads the same escapes (\xNN as a code point: display only).
+    try:
+        value = ast.literal_eval(token)
+    except (ValueError, SyntaxError):
+        return token[1:-1]
+    return value if isinstance(value, str) else token[1:-1]
+
+
+def _join(directory: str | None, path: str) -> str:
+    if path.startswith("/") or not directory or not directory.startswith("/"):
+        return path
+    return os.path.normpath(os.path.join(directory, path))
+
+
+def _open_op(flags: str) -> str:
+    names = set(flags.split("|"))
+    if "O_CREAT" in names:
+        return "create"
+    if names & {"O_WRONLY", "O_RDWR", "O_TRUNC"}:
+        return "write"
+    return "open"
+
+
+@dataclass
+class TraceParser:
+    """Feeds one sandbox's trace lines (the `msg` of each) into a recorder."""
+
+    recorder: BehaviourRecorder
+    names: dict[int, str]
+
+    def message(self, msg: str) -> None:
+        if msg.startswith("Unsupported syscall "):
+            if found := UNSUPPORTED.match(msg):
+                self.recorder.refused(found.group(1))
+            return
+        task = TASK.match(msg)
+        if task is None or int(task.group(1)) == LAUNCHER_TGID:
+            return
+        rest = task.group(3)
+        if denied := DENIED.match(rest):
+            number = int(denied.group(1))
+            self.recorder.refused(self.names.get(number, f"syscall_{number}"))
+            return
+        self._exit(int(task.group(1)), rest)
+
+    def _exit(self, tgid: int, rest: str) -> None:
+        tail = EXIT_TAIL.search(rest)
+        if tail is None:
+            return
+        # The real call's " X name(" is the last one within the command name's reach.
+        heads = [h for h in EXIT_HEAD.finditer(rest, 0, COMM_MAX + 32) if h.start() <= COMM_MAX]
+        if not heads:
+            return
+        head = heads[-1]
+        name, args = head.group(1), rest[head.end() : tail.start()]
+        ret = -int(tail.group(2)) if tail.group(2) else int(tail.group(1))
+        if name in ("execve", "execveat"):
+            if found := EXEC.match(args):
+                argv = [_unquote(t) for t in QUOTED.findall(found.group("argv"))]
+                self.recorder.program(found.group("path"), argv, ret)
+            return
+        form = FORMS.get(name)
+        found = form.match(args) if form is not None else None
+        if found is None:
+            return
+        fields = found.groupdict()
+        if "sig" in fields:
+            self._signal(name, tgid, fields, ret)
+            return
+        path = _join(fields.get("dir"), fields["path"])
+        if "path2" in fields:
+            target = _join(fields.get("dir2") or fields.get("dir"), fields["path2"])
+            if name == "rename" or name.startswith("renameat"):
+                self.recorder.file("rename", f"{path} -> {target}", ret)
+            else:  # a link or symlink: a new file at the target
+                self.recorder.file("create", target, ret)
+            return
+        if name in ("open", "openat"):
+            op = _open_op(fields["flags"])
+        elif name == "unlinkat":
+            op = "rmdir" if _int(fields["flags"]) & AT_REMOVEDIR else "unlink"
+        else:
+            op = {"creat": "create", "truncate": "write", "mkdirat": "mkdir"}.get(name, name)
+        self.recorder.file(op, path, ret)
+
+    def _signal(self, name: str, tgid: int, fields: dict[str, str], ret: int) -> None:
+        # A pidfd names its process by a file, not a number: -1.
+        pidfd = name == "pidfd_send_signal"
+        target = -1 if pidfd else _int(fields["pid"].split(" ", 1)[0])
+        if target == tgid and name not in ("ptrace", "process_vm_readv", "process_vm_writev"):
+            return  # its own process: not aimed at another
+        self.recorder.signal(name, target, _signal(fields.get("sig", "0")), ret)
+
+
+def feed(parser: TraceParser, lines: Iterable[bytes]) -> None:
+    for line in lines:
+        # Only the lines a record reads are decoded (most are the Sentry's own).
+        if b" X " not in line and b"seccomp" not in line and b"Unsupported" not in line:
+            continue
+        try:
+            msg = json.loads(line)["msg"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(msg, str):
+            parser.message(msg)
+
+
+def trace_file(directory: Path) -> Path | None:
+    """The Sentry's log in a container's trace directory (None: none written)."""
+    try:
+        found = sorted(p for p in directory.iterdir() if p.name.endswith(".boot.txt"))
+    except OSError:
+        return None
+    return found[-1] if found else None
+
+
+def size_of(directory: Path) -> int:
+    """Bytes the Sentry has written so far (0 when there is no log yet): blocking."""
+    path = trace_file(directory)
+    try:
+        return path.stat().st_size if path is not None else 0
+    except OSError:
+        return 0
+
+
+def read_trace(
+    directory: Path, offset: int, parser: TraceParser, parse_bytes: int = PARSE_BYTES
+) -> bool:
+    """Feed what the Sentry wrote after `offset` into `parser`; past `parse_bytes`
+    only count the exits as dropped. False when there is no trace. Blocking."""
+    path = trace_file(directory)
+    if path is None:
+        return False
+    try:
+        with path.open("rb") as log:
+            log.seek(offset)
+            budget, partial = parse_bytes, b""
+            while chunk := log.read(READ_CHUNK):
+                if budget <= 0:
+                    parser.recorder.dropped += chunk.count(b" X ")
+                    continue
+                budget -= len(chunk)
+                lines = (partial + chunk).split(b"\n")
+                partial = lines.pop()
+                feed(parser, lines)
+            feed(parser, [partial])
+    except OSError:
+        return False
+    return True
