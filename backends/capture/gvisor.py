@@ -29,7 +29,7 @@ import os
 import re
 import signal as signals
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from backends.capture.record import BehaviourRecorder
@@ -41,6 +41,7 @@ TRACED = (
     "mkdir", "mkdirat", "rmdir", "link", "linkat", "symlink", "symlinkat", "truncate",
     "execve", "execveat", "kill", "tkill", "tgkill", "ptrace", "process_vm_readv",
     "process_vm_writev", "pidfd_send_signal", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+    "chdir", "fchdir",
 )  # fmt: skip
 # What the capture runtime's args must hold (backends/docker/gvisor.py checks them).
 REQUIRED_ARGS = ("--strace", "--debug")
@@ -78,7 +79,11 @@ def _fields(*spec: tuple[str, str]) -> re.Pattern[str]:
 
 
 PATH1, PATH2 = (_PATH, "path"), (_PATH, "path2")
-DIR1, DIR2 = (_DIRFD, "dir"), (_DIRFD, "dir2")
+DIR1 = (_DIRFD, "dir")
+# The second directory fd of renameat(2), linkat(2): printed as a number, its path
+# only sometimes; AT_FDCWD (-100) means the working directory.
+DIR2 = (r"(?P<fd2>AT_FDCWD|0x[0-9a-f]+|-?\d+)(?: (?P<{}>.*?))?", "dir2")
+AT_FDCWD_FORMS = ("AT_FDCWD", "0xffffff9c", "0xffffffffffffff9c", "-100")
 ANY = r"[^,]*"
 FORMS: dict[str, re.Pattern[str]] = {
     "open": _fields(PATH1, (_WORD, "flags"), (ANY, "")),
@@ -172,6 +177,9 @@ class TraceParser:
 
     recorder: BehaviourRecorder
     names: dict[int, str]
+    # Each process's working directory, as its last AT_FDCWD call showed it (a
+    # chdir forgets it): what a relative path of rename(2) or unlink(2) is under.
+    cwd: dict[int, str] = field(default_factory=dict)
 
     def message(self, msg: str) -> None:
         if msg.startswith("Unsupported syscall "):
@@ -204,6 +212,9 @@ class TraceParser:
                 argv = [_unquote(t) for t in QUOTED.findall(found.group("argv"))]
                 self.recorder.program(found.group("path"), argv, ret)
             return
+        if name in ("chdir", "fchdir"):
+            self.cwd.pop(tgid, None)
+            return
         form = FORMS.get(name)
         found = form.match(args) if form is not None else None
         if found is None:
@@ -212,9 +223,15 @@ class TraceParser:
         if "sig" in fields:
             self._signal(name, tgid, fields, ret)
             return
-        path = _join(fields.get("dir"), fields["path"])
+        cwd = self.cwd.get(tgid)
+        if args.startswith("AT_FDCWD ") and fields.get("dir"):
+            cwd = self.cwd[tgid] = fields["dir"]
+        path = _join(fields.get("dir") or cwd, fields["path"])
         if "path2" in fields:
-            target = _join(fields.get("dir2") or fields.get("dir"), fields["path2"])
+            second = fields.get("dir2")
+            if second is None and fields.get("fd2", "AT_FDCWD") in AT_FDCWD_FORMS:
+                second = cwd
+            target = _join(second, fields["path2"])
             if name == "rename" or name.startswith("renameat"):
                 self.recorder.file("rename", f"{path} -> {target}", ret)
             else:  # a link or symlink: a new file at the target

@@ -44,8 +44,9 @@ from backends.docker.seccomp import bundled_profile
 from backends.docker.settings import GvisorSettings
 from backends.egress.addresses import NameResolver
 
-# What a do-nothing program is, per language, for learning a runtime's baseline.
-DO_NOTHING = {"python": "pass", "bash": ":", "javascript": ";"}
+# A program that does nothing but print a line, per language: what its record holds
+# is the runtime's (node opens /dev/null once it writes to a pipe), not the code's.
+DO_NOTHING = {"python": "print(1)", "bash": "echo 1", "javascript": "console.log(1)"}
 
 
 @dataclass

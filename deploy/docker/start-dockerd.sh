@@ -41,7 +41,7 @@ STRACE = [
     "--strace-syscalls=open,openat,creat,rename,renameat,renameat2,unlink,unlinkat,mkdir,"
     "mkdirat,rmdir,link,linkat,symlink,symlinkat,truncate,execve,execveat,kill,tkill,"
     "tgkill,ptrace,process_vm_readv,process_vm_writev,pidfd_send_signal,"
-    "rt_sigqueueinfo,rt_tgsigqueueinfo",
+    "rt_sigqueueinfo,rt_tgsigqueueinfo,chdir,fchdir",
     "--strace-log-size=64",
     "--debug",
 ]
