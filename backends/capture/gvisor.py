@@ -31,6 +31,7 @@ import signal as signals
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from backends.capture.record import BehaviourRecorder
 
@@ -131,6 +132,22 @@ def syscall_names(header: Path = UNISTD) -> dict[int, str]:
     except OSError:
         return {}
     return {int(n): name for name, n in re.findall(r"#define __NR_(\w+)\s+(\d+)", text)}
+
+
+def untraced(name: str, runtime: dict[str, Any] | None) -> str:
+    """Why the engine's runtime `name` does not trace what a record needs ("": it does)."""
+    if runtime is None:
+        return (
+            f"the engine has no runtime {name!r} (gVisor with its strace:"
+            " deploy/docker/start-dockerd.sh registers it)"
+        )
+    args = [str(a) for a in runtime.get("runtimeArgs") or []]
+    if missing := [a for a in REQUIRED_ARGS if a not in args]:
+        return f"runtime {name!r} lacks {' '.join(missing)}"
+    listed = [a.split("=", 1)[1] for a in args if a.startswith("--strace-syscalls=")]
+    if listed and (untraced := sorted(set(TRACED) - set(listed[-1].split(",")))):
+        return f"runtime {name!r} does not trace {', '.join(untraced)}"
+    return ""
 
 
 def _int(text: str) -> int:

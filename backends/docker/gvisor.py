@@ -27,13 +27,12 @@ from typing import Any
 
 from backends.base import BackendError, ExecResult, ExecSpec, Health, Limits
 from backends.capture.gvisor import (
-    REQUIRED_ARGS,
-    TRACED,
     TRACER,
     TraceParser,
     read_trace,
     size_of,
     syscall_names,
+    untraced,
 )
 from backends.capture.record import Baseline, Behaviour, BehaviourRecorder, capture_off
 from backends.capture.settings import CaptureSettings
@@ -165,7 +164,7 @@ class GvisorBackend(DockerBackend):
             plan.reason = f"cannot ask the engine for its runtimes: {exc}"
             return plan
         for name in wanted:
-            if why := _untraced(name, runtimes.get(name) if name else None):
+            if why := untraced(name, runtimes.get(name) if name else None):
                 plan.reason = why
                 return plan
         plan.names = await asyncio.to_thread(syscall_names)
@@ -261,22 +260,6 @@ class GvisorBackend(DockerBackend):
         root_fs = probe.get("root_fs", "")
         if "gVisor" not in probe.get("kernel_log", "") and not root_fs.startswith("9p "):
             raise BackendError(f"gVisor not in use: the probe's root is {root_fs!r}")
-
-
-def _untraced(name: str, runtime: dict[str, Any] | None) -> str:
-    """Why the engine's runtime `name` does not trace what a record needs ("": it does)."""
-    if runtime is None:
-        return (
-            f"the engine has no runtime {name!r} (gVisor with its strace:"
-            " deploy/docker/start-dockerd.sh registers it)"
-        )
-    args = [str(a) for a in runtime.get("runtimeArgs") or []]
-    if missing := [a for a in REQUIRED_ARGS if a not in args]:
-        return f"runtime {name!r} lacks {' '.join(missing)}"
-    listed = [a.split("=", 1)[1] for a in args if a.startswith("--strace-syscalls=")]
-    if listed and (untraced := sorted(set(TRACED) - set(listed[-1].split(",")))):
-        return f"runtime {name!r} does not trace {', '.join(untraced)}"
-    return ""
 
 
 def _entries(directory: Path) -> set[str]:
