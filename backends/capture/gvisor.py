@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import ctypes
+import functools
 import json
 import os
 import re
 import signal as signals
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +57,19 @@ LAUNCHER_TGID = 1
 PARSE_BYTES = 32 * 1024 * 1024
 READ_CHUNK = 1 << 20
 AT_REMOVEDIR = 0x200
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+PAGE = 4096
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    return libc
+
 
 # "[ tgid: tid] comm X name(args) = ret (0xret)[ errno=N (text)] (duration)"
 TASK = re.compile(r"\[\s*(\d+):\s*(\d+)\] (.*)\Z", re.S)
@@ -293,6 +309,77 @@ def trace_file(directory: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def _punch(fd: int, length: int) -> None:
+    """Free the first `length` bytes of a file, keeping its size (the Sentry appends
+    past them): a flood's log costs the host what is not read yet, not all of it."""
+    length -= length % PAGE
+    if length > 0 and (libc := _libc()) is not None:
+        libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, length)
+
+
+class TraceTail:
+    """One sandbox's trace, read as it grows from where it stood at hand-over; what
+    has been read is punched out of the file. Every method blocks (run them off the
+    event loop); one reader at a time."""
+
+    def __init__(
+        self, directory: Path, parser: TraceParser, parse_bytes: int = PARSE_BYTES
+    ) -> None:
+        self.directory = directory
+        self.parser = parser
+        self.budget = parse_bytes
+        self.offset = 0
+        self.path: Path | None = None
+        self._partial = b""
+        self._lock = threading.Lock()
+
+    def mark(self) -> None:
+        """From here on: what the Sentry logged before (the launcher's start) is not
+        the code's."""
+        self.path = trace_file(self.directory)
+        self.offset = self.size()
+
+    def size(self) -> int:
+        try:
+            return self.path.stat().st_size if self.path is not None else 0
+        except OSError:
+            return 0
+
+    def pending(self) -> int:
+        return self.size() - self.offset
+
+    def pump(self, final: bool = False) -> bool:
+        """Read what was written since the last call; past the parse budget only
+        count the exits as dropped. False when there is no trace."""
+        with self._lock:
+            if self.path is None:
+                self.path = trace_file(self.directory)
+            if self.path is None:
+                return False
+            try:
+                with self.path.open("r+b") as log:
+                    log.seek(self.offset)
+                    while chunk := log.read(READ_CHUNK):
+                        self.offset += len(chunk)
+                        self._take(chunk)
+                    _punch(log.fileno(), self.offset)
+            except OSError:
+                return False
+            if final:
+                feed(self.parser, [self._partial])
+                self._partial = b""
+            return True
+
+    def _take(self, chunk: bytes) -> None:
+        if self.budget <= 0:
+            self.parser.recorder.dropped += chunk.count(b" X ")
+            return
+        self.budget -= len(chunk)
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        feed(self.parser, lines)
+
+
 def size_of(directory: Path) -> int:
     """Bytes the Sentry has written so far (0 when there is no log yet): blocking."""
     path = trace_file(directory)
@@ -305,24 +392,7 @@ def size_of(directory: Path) -> int:
 def read_trace(
     directory: Path, offset: int, parser: TraceParser, parse_bytes: int = PARSE_BYTES
 ) -> bool:
-    """Feed what the Sentry wrote after `offset` into `parser`; past `parse_bytes`
-    only count the exits as dropped. False when there is no trace. Blocking."""
-    path = trace_file(directory)
-    if path is None:
-        return False
-    try:
-        with path.open("rb") as log:
-            log.seek(offset)
-            budget, partial = parse_bytes, b""
-            while chunk := log.read(READ_CHUNK):
-                if budget <= 0:
-                    parser.recorder.dropped += chunk.count(b" X ")
-                    continue
-                budget -= len(chunk)
-                lines = (partial + chunk).split(b"\n")
-                partial = lines.pop()
-                feed(parser, lines)
-            feed(parser, [partial])
-    except OSError:
-        return False
-    return True
+    """Feed what the Sentry wrote after `offset` into `parser` (TraceTail, once)."""
+    tail = TraceTail(directory, parser, parse_bytes)
+    tail.offset = offset
+    return tail.pump(final=True)

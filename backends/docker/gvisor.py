@@ -18,6 +18,7 @@ to the program's end, and the directory goes with the container.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -29,8 +30,7 @@ from backends.base import BackendError, ExecResult, ExecSpec, Health, Limits
 from backends.capture.gvisor import (
     TRACER,
     TraceParser,
-    read_trace,
-    size_of,
+    TraceTail,
     syscall_names,
     untraced,
 )
@@ -43,6 +43,8 @@ from backends.docker.seccomp import bundled_profile
 from backends.docker.settings import GvisorSettings
 from backends.egress.addresses import NameResolver
 
+WATCH_INTERVAL_S = 0.5
+WATCH_BYTES = 4 * 1024 * 1024
 # A program that does nothing but print a line, per language: what its record holds
 # is the runtime's (node opens /dev/null once it writes to a pipe), not the code's.
 DO_NOTHING = {"python": "print(1)", "bash": "echo 1", "javascript": "console.log(1)"}
@@ -77,38 +79,44 @@ class TracedFactory(ContainerFactory):
     def __init__(self, plan: CapturePlan, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.plan = plan
-        # Where each handed-over container's trace stood when its request went in:
-        # what the launcher did before (its own start-up) is not the code's.
-        self.offsets: dict[str, int] = {}
+        # Each handed-over container's trace, read from where it stood when the
+        # request went in: what the launcher did before (its start) is not the code's.
+        self.tails: dict[str, TraceTail] = {}
 
     async def execute(self, container: Container, spec: ExecSpec) -> Outcome:
-        if self.plan.on:
-            directory = self.plan.directory / container.id
-            self.offsets[container.id] = await asyncio.to_thread(size_of, directory)
-        return await super().execute(container, spec)
+        plan = self.plan
+        if not plan.on:
+            return await super().execute(container, spec)
+        parser = TraceParser(plan.recorder(spec.language), plan.names)
+        tail = TraceTail(plan.directory / container.id, parser)
+        await asyncio.to_thread(tail.mark)
+        self.tails[container.id] = tail
+        watch = asyncio.ensure_future(_watch(tail))
+        try:
+            return await super().execute(container, spec)
+        finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
 
     async def finish(self, container: Container, spec: ExecSpec, outcome: Outcome) -> ExecResult:
         result = await super().finish(container, spec, outcome)
-        return dataclasses.replace(result, behaviour=await self.behaviour(container, spec))
+        return dataclasses.replace(result, behaviour=await self.behaviour(container))
 
-    async def behaviour(self, container: Container, spec: ExecSpec) -> Behaviour:
-        """The record of what the program did: read once it has ended (the launcher
-        reports after everything else in the sandbox is dead, and the Sentry logs
-        each call as it returns), before the container and its log are removed."""
-        plan = self.plan
-        offset = self.offsets.pop(container.id, 0)
-        if not plan.on:
-            return capture_off(plan.reason)
-        recorder = plan.recorder(spec.language)
-        parser = TraceParser(recorder, plan.names)
-        found = await asyncio.to_thread(read_trace, plan.directory / container.id, offset, parser)
-        if not found:
-            return capture_off(f"no trace of this sandbox in {plan.directory}")
-        return recorder.finish()
+    async def behaviour(self, container: Container) -> Behaviour:
+        """The record of what the program did: complete once it has ended (the
+        launcher reports after everything else in the sandbox is dead, and the Sentry
+        logs each call as it returns), read before the container and its log go."""
+        tail = self.tails.pop(container.id, None)
+        if not self.plan.on or tail is None:
+            return capture_off(self.plan.reason or "not traced")
+        if not await asyncio.to_thread(tail.pump, True):
+            return capture_off(f"no trace of this sandbox in {self.plan.directory}")
+        return tail.parser.recorder.finish()
 
     async def _remove(self, cid: str, name: str, failed_start: bool = False) -> None:
         await super()._remove(cid, name, failed_start)
-        self.offsets.pop(cid, None)
+        self.tails.pop(cid, None)
         # The trace goes with its container (a holder, runc, has none).
         await asyncio.to_thread(shutil.rmtree, self.plan.directory / cid, True)
 
@@ -260,6 +268,15 @@ class GvisorBackend(DockerBackend):
         root_fs = probe.get("root_fs", "")
         if "gVisor" not in probe.get("kernel_log", "") and not root_fs.startswith("9p "):
             raise BackendError(f"gVisor not in use: the probe's root is {root_fs!r}")
+
+
+async def _watch(tail: TraceTail) -> None:
+    """While the program runs: a log growing fast (a flood) is read and freed as it
+    grows, so it never holds much more than WATCH_BYTES on the host."""
+    while True:
+        await asyncio.sleep(WATCH_INTERVAL_S)
+        if await asyncio.to_thread(tail.pending) >= WATCH_BYTES:
+            await asyncio.to_thread(tail.pump)
 
 
 def _entries(directory: Path) -> set[str]:

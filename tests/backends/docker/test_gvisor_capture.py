@@ -9,6 +9,8 @@ capture runtimes registered (deploy/docker/start-dockerd.sh); CI fails without t
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import secrets
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pytest
 from backends.base import BackendError, ExecResult, Status
 from backends.capture.record import Behaviour
 from backends.capture.settings import CaptureSettings
-from backends.docker.gvisor import GvisorBackend
+from backends.docker.gvisor import WATCH_BYTES, GvisorBackend
 from backends.docker.reaper import LABEL_INSTANCE
 from backends.docker.settings import GvisorSettings
 from tests.backends.conformance import lines, run
@@ -175,8 +177,29 @@ for i in range(100_000):
     except OSError:
         pass
 """
-    result = await run(traced, "python", code, timeout_s=120)
+    # The host side: how much the trace files hold at most while the flood runs (the
+    # backend reads and frees a growing log as it goes); the flood's is the largest.
+    directory = traced.capture.directory
+    written, held = [0], [0]
+
+    async def watch() -> None:
+        while True:
+            # Containers come and go meanwhile: a directory may vanish mid-listing.
+            for log in directory.glob("*/*.boot.txt"):
+                with contextlib.suppress(OSError):
+                    st = log.stat()
+                    written[0] = max(written[0], st.st_size)
+                    held[0] = max(held[0], st.st_blocks * 512)
+            await asyncio.sleep(0.05)
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        result = await run(traced, "python", code, timeout_s=120)
+    finally:
+        watcher.cancel()
     assert result.status == Status.OK, result.stderr
+    assert written[0] > 4 * WATCH_BYTES, written  # ~390 bytes a call: a real flood
+    assert held[0] < written[0] / 2, (held, written)
     behaviour = record(result)
     caps = traced.settings.capture
     assert len(behaviour.files) <= caps.max_files
