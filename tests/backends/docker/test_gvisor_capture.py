@@ -298,3 +298,38 @@ async def test_without_the_capture_runtime(required: bool) -> None:
 async def test_trace_directory_is_root_only(traced: GvisorBackend) -> None:
     directory: Path = traced.capture.directory
     assert directory.stat().st_mode & 0o077 == 0
+
+
+async def test_leftover_traces_of_gone_containers_are_swept(traced: GvisorBackend) -> None:
+    # A gateway that died left a trace directory; the reaper removes it, and never
+    # one of a container the engine still has (a pooled one).
+    directory = traced.capture.directory
+    stale = directory / secrets.token_hex(32)
+    stale.mkdir()
+    (stale / "runsc.log.20261201-000000.000000.boot.txt").write_text("{}\n")
+    live = {p.name for p in directory.iterdir()} - {stale.name}
+    await traced.reap_leftovers()
+    assert not stale.exists()
+    known = {c["Id"] for c in await traced.engine.containers(LABEL_INSTANCE)}
+    assert live & known <= {p.name for p in directory.iterdir()}
+
+
+async def test_without_egress_the_plain_capture_runtime_records_too() -> None:
+    # egress_runtime = "": sandboxes run on runsc-capture (--network=none), no holder.
+    backend = GvisorBackend(GvisorSettings(egress_runtime="", pool_size=1))
+    try:
+        await backend.start()
+    except BackendError as exc:
+        missing_component(f"docker-gvisor cannot start: {exc}")
+    try:
+        on, why = backend.capture_status()
+        if not on:
+            missing_component(f"docker-gvisor capture is off: {why}")
+        assert record(await run(backend, "python", "print(1)")).empty
+        seen = files(await run(backend, "python", "import os\nos.open('/etc/gshadow', 0)"))
+        assert ("open", "/etc/gshadow", "ENOENT") in seen
+        found = await backend.engine.containers(f"{LABEL_INSTANCE}={backend.instance.id}")
+        states = [await backend.engine.state(c["Id"]) for c in found]
+        assert {s.get("Runtime") for s in states} <= {"runsc-capture"}
+    finally:
+        await backend.close()
