@@ -8,7 +8,11 @@
 #   args (runsc refuses Docker's `none` network otherwise) and --oci-seccomp (without
 #   it runsc ignores the container's seccomp profile: found by the escape suite), merged into
 #   /etc/docker/daemon.json without touching the other keys; both run runsc through
-#   deploy/docker/runsc-safe (runsc's `delete` would SIGKILL reused pids);
+#   deploy/docker/runsc-safe (runsc's `delete` would SIGKILL reused pids); and the two
+#   again with gVisor's strace as "runsc-capture" and "runsc-egress-capture" (behaviour
+#   capture: deploy/docker/runsc-capture; each container's trace under
+#   $EXECGATE_GVISOR_TRACE_DIR of the engine's environment, default
+#   /run/execgate-gvisor-trace);
 # - starts dockerd in the background with no bridge and no iptables rules: sandboxes
 #   have no network at all, so the engine needs none, and the host firewall is left as
 #   it is; its log goes to $EXECGATE_DOCKERD_LOG (default /var/log/execgate-dockerd.log);
@@ -28,7 +32,8 @@ RUNSC=$(command -v runsc || true)
 changed=0
 if [ -n "$RUNSC" ]; then
   mkdir -p "$(dirname "$CONFIG")"
-  # Merge: keep every key the file has, set only runtimes.runsc and runsc-egress.
+  # Merge: keep every key the file has, set only our runtimes (runsc, runsc-egress and
+  # their capture variants).
   HERE="$(cd "$(dirname "$0")" && pwd)"
   changed=$(python3 - "$CONFIG" "$HERE/runsc-safe" "$HERE/runsc-egress" "$HERE/runsc-capture" \
     "$HERE/runsc-egress-capture" <<'EOF'
