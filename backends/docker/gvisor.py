@@ -143,7 +143,7 @@ class GvisorBackend(DockerBackend):
         return self.capture.on, self.capture.reason
 
     async def start(self) -> None:
-        self.capture = await self._plan_capture()
+        self.capture = await self.plan_capture()
         if self.settings.capture.required and not self.capture.on:
             raise BackendError(f"{self.name}: capture is required but off: {self.capture.reason}")
         await super().start()
@@ -159,20 +159,26 @@ class GvisorBackend(DockerBackend):
             return Health(ok=False, detail=f"capture is required but off: {self.capture.reason}")
         return await super().health()
 
-    async def _plan_capture(self) -> CapturePlan:
+    async def plan_capture(self) -> CapturePlan:
+        """Whether this engine can trace the sandboxes, and if not why."""
         s, c = self.settings, self.settings.capture
         plan = CapturePlan(on=False, directory=Path(s.trace_dir), settings=c)
         if not c.enabled:
             plan.reason = "disabled in config"
             return plan
-        wanted = [s.capture_runtime] + ([s.capture_egress_runtime] if s.egress_runtime else [])
+        wanted = {"capture_runtime": s.capture_runtime}
+        if s.egress_runtime:
+            wanted["capture_egress_runtime"] = s.capture_egress_runtime
+        if unset := [key for key, name in wanted.items() if not name]:
+            plan.reason = f"no capture runtime configured ({', '.join(unset)} is empty)"
+            return plan
         try:
             runtimes = (await self.engine.info()).get("Runtimes") or {}
         except BackendError as exc:
             plan.reason = f"cannot ask the engine for its runtimes: {exc}"
             return plan
-        for name in wanted:
-            if why := untraced(name, runtimes.get(name) if name else None):
+        for name in wanted.values():
+            if why := untraced(name, runtimes.get(name)):
                 plan.reason = why
                 return plan
         plan.names = await asyncio.to_thread(syscall_names)

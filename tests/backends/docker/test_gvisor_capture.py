@@ -333,3 +333,21 @@ async def test_without_egress_the_plain_capture_runtime_records_too() -> None:
         assert {s.get("Runtime") for s in states} <= {"runsc-capture"}
     finally:
         await backend.close()
+
+
+async def test_a_program_killed_at_its_deadline_keeps_its_record(traced: GvisorBackend) -> None:
+    # The trace is read after the kill and before the container goes.
+    code = "import os, time\nos.system('true; exec /bin/true')\ntime.sleep(60)"
+    result = await run(traced, "python", code, timeout_s=2.0)
+    assert result.status == Status.TIMEOUT
+    assert any(p[0] == "/bin/sh" for p in programs(result)), programs(result)
+    await assert_traces_removed(traced)
+
+
+async def test_an_empty_capture_runtime_is_named() -> None:
+    backend = GvisorBackend(GvisorSettings(capture_egress_runtime="", pool_size=0))
+    try:
+        plan = await backend.plan_capture()
+        assert not plan.on and "capture_egress_runtime is empty" in plan.reason
+    finally:
+        await backend.close()
