@@ -144,7 +144,7 @@ class DockerBackend(SandboxBackend):
                 self._etc_dir = await asyncio.to_thread(make_etc_dir, nameserver)
             except OSError as exc:
                 raise BackendError(f"cannot write the sandboxes' /etc files: {exc}") from exc
-        self._factory = ContainerFactory(
+        self._factory = self.make_factory(
             s, self.engine, self.instance, self.name, image_id, launcher, seccomp,
             boundary=self.network_boundary, holder_runtime=self.holder_runtime(),
             resolver=self.egress_resolver, etc_dir=str(self._etc_dir),
@@ -334,6 +334,10 @@ class DockerBackend(SandboxBackend):
                 f"{self.name}: the sandbox runs without a seccomp filter"
                 f" (Seccomp: {found.get('seccomp')!r}); for runsc add --oci-seccomp"
             )
+
+    def make_factory(self, *args: Any, **kwargs: Any) -> ContainerFactory:
+        """The maker of this backend's containers (docker-gvisor's reads their trace)."""
+        return ContainerFactory(*args, **kwargs)
 
     def holder_runtime(self) -> str:
         """The runtime that joins a holder container's namespace ("": none, the

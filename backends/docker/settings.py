@@ -78,6 +78,12 @@ class GvisorSettings(DockerSettings):
     # egress: backends/egress/veth.py); registered by deploy/docker/start-dockerd.sh.
     # "": runsc --network=none only (loopback, no egress, nothing recorded).
     egress_runtime: str = "runsc-egress"
+    # Behaviour capture ([backends.docker-gvisor.capture]): the same two runtimes with
+    # gVisor's strace into a log per container under `trace_dir` (deploy/docker/
+    # runsc-capture, registered by start-dockerd.sh; its EXECGATE_GVISOR_TRACE_DIR).
+    capture_runtime: str = "runsc-capture"
+    capture_egress_runtime: str = "runsc-egress-capture"
+    trace_dir: str = "/run/execgate-gvisor-trace"
     pids_limit_mode: Literal["cgroup", "rlimit"] = "rlimit"
     # gVisor's kernel (the Sentry) and its file proxy share the container's cgroup.
     memory_overhead_mb: int = Field(64, ge=0, le=4096)
