@@ -102,8 +102,13 @@ class DockerBackend(SandboxBackend):
             self._dispose,
             self._background,
             lambda exc: self.start_failures.record(exc, background=True),
+            max_size=s.pool_max_size,
+            fill_concurrency=s.pool_fill_concurrency,
+            demand_window_s=s.pool_demand_window_s,
+            remove_concurrency=s.remove_concurrency,
         )
         self._reaper: asyncio.Task[None] | None = None
+        self._maintainer: asyncio.Task[None] | None = None
         self._etc_dir: Path | None = None  # the generated /etc files (etc.py)
 
     # --- SandboxBackend ------------------------------------------------------------
@@ -156,6 +161,7 @@ class DockerBackend(SandboxBackend):
             await self.close()
             raise
         self._reaper = asyncio.ensure_future(self._reap_periodically())
+        self._maintainer = asyncio.ensure_future(self.pool.maintain())
         self.pool.replenish()
 
     async def health(self) -> Health:
@@ -173,11 +179,12 @@ class DockerBackend(SandboxBackend):
         )
 
     async def close(self) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
-            self._reaper = None
+        for task in (self._reaper, self._maintainer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._reaper = self._maintainer = None
         await self.pool.drain()
         for container in list(self._live.values()):
             container.stop.set()
@@ -205,13 +212,16 @@ class DockerBackend(SandboxBackend):
         spec = dataclasses.replace(spec, limits=self.clamp(spec.limits))
         shape = Shape.of(spec.limits)
         self.pool.want(shape)
+        s = self.settings
+        # The pool's container, or one already starting for it (never a start of our
+        # own queued behind the pool's; a start is bounded by start_timeout_s).
+        claimed = [await self.pool.claim(shape)]  # None: no more than a miss
         source = Source(
-            take=lambda: self.pool.take(shape),
+            take=lambda: claimed.pop() if claimed else self.pool.take(shape),
             dead=factory.dead,
             make=lambda: factory.make(shape, spec.execution_id),
-            discard=lambda container: self._background.start(factory.dispose(container)),
+            discard=self.pool.disposer.put,
         )
-        s = self.settings
         try:
             container, failed = await acquire(
                 source, s.start_attempts, s.start_deadline_s, self.start_failures
@@ -219,10 +229,13 @@ class DockerBackend(SandboxBackend):
         except BackendError:
             self.pool.replenish()  # in place of the dead and the failed
             raise
+        self.pool.replenish()  # its replacement starts while it runs
         self._live[container.name] = container
+        ended = False  # the program is known to be over (its removal can wait its turn)
         try:
             # Handed over from here on: whatever happens is this run's result.
             outcome = await factory.execute(container, spec)
+            ended = True
             network: tuple[NetworkAttempt, ...] = ()
             network_events: tuple[SandboxEvent, ...] = ()
             if container.egress is not None:
@@ -232,10 +245,11 @@ class DockerBackend(SandboxBackend):
                 result, network=network, events=failed + result.events + network_events
             )
         finally:
-            # Nothing of the program runs in it any more (or its forced removal kills
-            # it): removal goes on in the background, tracked, and survives this
-            # request's cancellation; the reaper is the backstop.
-            self._background.start(factory.dispose(container))
+            # Removal goes on in the background, tracked, and survives this request's
+            # cancellation; queued (bounded) once nothing of the program runs in it,
+            # at once if something may (its forced removal kills it); the reaper is
+            # the backstop.
+            self.pool.disposer.put(container, urgent=not ended)
             self._live.pop(container.name, None)
             self.pool.replenish()
 

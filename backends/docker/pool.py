@@ -1,7 +1,7 @@
 """Fresh containers started ahead of requests, each used for exactly one execution.
 
 Starting a container (runc or runsc setting up namespaces, cgroups, mounts; the
-launcher's interpreter) costs far more than running a small program, so a few are
+launcher's interpreter) costs far more than running a small program, so some are
 made ahead: created, attached, started, their launcher waiting for a request. None
 has run user code; each is taken once, and removed after its one execution; a
 taken container is replaced in the background.
@@ -11,6 +11,22 @@ container's *shape*, and only a request of the same shape can use it. The pool
 makes the shape most requested lately (of the last `RECENT` requests; the default
 request's shape to begin with), so a steady workload is served from it and an
 unusual request simply starts its own container.
+
+How many: enough to cover the requests that arrive while replacements start
+(Little's law: the arrival rate over the last `demand_window_s` times the measured
+start latency), never fewer than the floor (`pool_size`) nor more than the ceiling
+(`pool_max_size`); as the arrivals of a burst age out of the window the pool shrinks
+back to the floor. Replacements start in parallel, at most `fill_concurrency` at
+once (more would only slow each other down on the engine). A request that finds
+the pool empty takes over a replacement already being started (it is ready sooner
+than a fresh start would be, and nothing is started twice); if none is under way
+it starts its own at once, never queued behind the pool's.
+
+Removal of used containers (`Disposer`) is off the request path and bounded:
+at most `remove_concurrency` at once, so removals never hold the engine threads
+and engine time that starts need; the rest wait in a queue that is always emptied
+(settling and closing the backend wait for it). A container that may still run a
+program (its execution did not end normally) is removed at once, never queued.
 """
 
 from __future__ import annotations
@@ -18,8 +34,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 from backends.docker.config import Shape
@@ -28,6 +46,18 @@ from backends.docker.sandbox import Container
 log = logging.getLogger(__name__)
 
 RECENT = 16
+# Before the first start is measured: a runc start on a quiet host, roughly.
+INITIAL_START_S = 0.5
+# Weight of the newest start in the start latency's moving average.
+START_WEIGHT = 0.3
+# How often the pool follows demand on its own (shrinks, ages, refills).
+TICK_S = 1.0
+# After a failed start ahead, the pool waits before trying again on its own (a broken
+# engine is not hammered); doubled per consecutive failure, up to the maximum.
+BACKOFF_S, BACKOFF_MAX_S = 1.0, 60.0
+# Removals queued beyond this start at once: the backlog is bounded even if the
+# engine removes more slowly than executions end.
+MAX_BACKLOG = 64
 
 
 class Background:
@@ -48,6 +78,66 @@ class Background:
                 await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
+class Disposer:
+    """Removes containers in the background, at most `concurrency` at once."""
+
+    def __init__(
+        self,
+        dispose: Callable[[Container], Awaitable[None]],
+        background: Background,
+        concurrency: int,
+    ) -> None:
+        self._dispose = dispose
+        self._background = background
+        self.concurrency = concurrency
+        self._queue: collections.deque[Container] = collections.deque()
+        self._running = 0
+
+    @property
+    def backlog(self) -> int:
+        return len(self._queue)
+
+    def put(self, container: Container, *, urgent: bool = False) -> None:
+        """Remove `container`; `urgent`: now, whatever is queued (it may still run
+        a program)."""
+        if urgent or len(self._queue) >= MAX_BACKLOG:
+            self._background.start(self._one(container))
+        elif self._running < self.concurrency:
+            self._running += 1
+            self._background.start(self._worker(container))
+        else:
+            self._queue.append(container)
+
+    def flush(self) -> None:
+        """Start removing everything queued at once (the backend is closing)."""
+        while self._queue:
+            self._background.start(self._one(self._queue.popleft()))
+
+    async def _one(self, container: Container) -> None:
+        await self._dispose(container)
+
+    async def _worker(self, container: Container) -> None:
+        try:
+            while True:
+                await self._dispose(container)
+                if not self._queue:
+                    return
+                container = self._queue.popleft()
+        finally:
+            self._running -= 1
+
+
+@dataclass(eq=False)
+class _Fill:
+    """A container being started ahead; a request that found the pool empty may
+    claim it (`claimed`) and gets it as soon as it is ready."""
+
+    shape: Shape
+    started: bool = False
+    claimed: asyncio.Future[Container | None] | None = None
+    task: asyncio.Future[None] | None = field(default=None, repr=False)
+
+
 class Pool:
     def __init__(
         self,
@@ -58,31 +148,70 @@ class Pool:
         dispose: Callable[[Container], Awaitable[None]],
         background: Background,
         failed: Callable[[BaseException], object] = lambda exc: None,
+        *,
+        max_size: int = 0,
+        fill_concurrency: int = 2,
+        demand_window_s: float = 10.0,
+        remove_concurrency: int = 2,
     ) -> None:
-        self.size = size
+        self.size = size  # the floor; 0: no pool at all
+        self.max_size = max(size, max_size) if size else 0
         self.max_age_s = max_age_s
+        self.demand_window_s = demand_window_s
         self.shape = shape
         self._make = make
-        self._dispose = dispose
         self._background = background
+        self.disposer = Disposer(dispose, background, remove_concurrency)
         self._failed = failed  # a container made ahead failed to start
+        self._slots = asyncio.Semaphore(fill_concurrency)
         self._ready: collections.deque[Container] = collections.deque()
         self._recent: collections.deque[Shape] = collections.deque(maxlen=RECENT)
-        self._filling = 0
+        self._arrivals: collections.deque[float] = collections.deque()
+        self._fills: list[_Fill] = []
+        self.start_latency_s = INITIAL_START_S
+        self._failures = 0
+        self._retry_at = 0.0
         self.closing = False
         self.fill_error = ""
         self.hits = 0
         self.misses = 0
+        self.claims = 0  # requests served by a start already under way
 
     @property
     def ready(self) -> frozenset[str]:
         """Names of the containers waiting for a request."""
         return frozenset(c.name for c in self._ready)
 
+    @property
+    def filling(self) -> int:
+        return len(self._fills)
+
+    # --- demand ----------------------------------------------------------------
+
     def want(self, shape: Shape) -> None:
         """A request of this shape arrived (the pool follows the demand)."""
         self._recent.append(shape)
+        self._arrivals.append(time.monotonic())
         self._follow_demand()
+
+    def target(self) -> int:
+        """How many containers should be ready or starting now."""
+        if not self.size:
+            return 0
+        horizon = time.monotonic() - self.demand_window_s
+        while self._arrivals and self._arrivals[0] < horizon:
+            self._arrivals.popleft()
+        rate = len(self._arrivals) / self.demand_window_s
+        need = math.ceil(rate * self.start_latency_s)
+        return min(max(self.size, need), self.max_size)
+
+    def _follow_demand(self) -> None:
+        counts = collections.Counter(self._recent)
+        top, top_count = counts.most_common(1)[0]
+        if top != self.shape and top_count > counts.get(self.shape, 0):
+            self.shape = top
+
+    # --- taking ------------------------------------------------------------------
 
     def take(self, shape: Shape) -> Container | None:
         """A waiting container of this shape, or None (the caller starts one).
@@ -94,7 +223,7 @@ class Pool:
             stale = now - container.created >= self.max_age_s
             if stale or container.shape != self.shape:
                 self._ready.remove(container)
-                self._background.start(self._dispose(container))
+                self.disposer.put(container)
             elif found is None and container.shape == shape:
                 self._ready.remove(container)
                 found = container
@@ -104,39 +233,111 @@ class Pool:
             self.hits += 1
         return found
 
-    def _follow_demand(self) -> None:
-        counts = collections.Counter(self._recent)
-        top, top_count = counts.most_common(1)[0]
-        if top != self.shape and top_count > counts.get(self.shape, 0):
-            self.shape = top
+    async def claim(self, shape: Shape) -> Container | None:
+        """A waiting container of this shape; else the next one of the starts
+        already under way for it (waiting for it); else None (the caller starts
+        its own). Never waits for a start that has not begun."""
+        if (found := self.take(shape)) is not None:
+            return found
+        fill = next(
+            (f for f in self._fills if f.started and f.claimed is None and f.shape == shape),
+            None,
+        )
+        if fill is None:
+            return None
+        fill.claimed = claimed = asyncio.get_running_loop().create_future()
+        try:
+            container = await claimed
+        except asyncio.CancelledError:
+            # Handed to us just as we were cancelled: it waits for the next request.
+            if claimed.done() and not claimed.cancelled() and claimed.result() is not None:
+                self._keep(claimed.result())  # type: ignore[arg-type]
+            raise
+        if container is not None:
+            self.misses -= 1  # counted as a claim, not as a container started for it
+            self.claims += 1
+        return container
+
+    # --- filling -----------------------------------------------------------------
 
     def replenish(self) -> None:
-        while not self.closing and len(self._ready) + self._filling < self.size:
-            self._filling += 1
-            self._background.start(self._fill_one(self.shape))
-
-    async def _fill_one(self, shape: Shape) -> None:
-        try:
-            container = await self._make(shape)
-        except Exception as exc:  # a background task: nothing else would see it
-            self.fill_error = str(exc)
-            log.warning("docker: cannot start a container ahead: %s", exc)
-            self._failed(exc)
+        """Start what the target asks for (in the background, bounded)."""
+        if self.closing:
             return
+        missing = self.target() - len(self._ready) - len(self._fills)
+        for _ in range(missing):
+            fill = _Fill(self.shape)
+            self._fills.append(fill)
+            fill.task = self._background.start(self._fill_one(fill))
+
+    async def _fill_one(self, fill: _Fill) -> None:
+        container: Container | None = None
+        try:
+            async with self._slots:
+                if self.closing or (fill.claimed is None and fill.shape != self.shape):
+                    return  # no longer wanted before it began
+                fill.started = True
+                t0 = time.monotonic()
+                try:
+                    container = await self._make(fill.shape)
+                except Exception as exc:  # a background task: nothing else would see it
+                    self._failures += 1
+                    self._retry_at = time.monotonic() + min(
+                        BACKOFF_MAX_S, BACKOFF_S * 2 ** (self._failures - 1)
+                    )
+                    self.fill_error = str(exc)
+                    log.warning("docker: cannot start a container ahead: %s", exc)
+                    self._failed(exc)
+                    return
+                elapsed = time.monotonic() - t0
+                self.start_latency_s += START_WEIGHT * (elapsed - self.start_latency_s)
+                self._failures = 0
+                self.fill_error = ""
         finally:
-            self._filling -= 1
-        self.fill_error = ""
-        if self.closing or shape != self.shape:
-            await self._dispose(container)
+            self._fills.remove(fill)
+            claimed = fill.claimed
+            if claimed is not None and not claimed.done():
+                claimed.set_result(container)
+                container = None
+        if container is not None:
+            self._keep(container)
+
+    def _keep(self, container: Container) -> None:
+        """A ready container nobody claimed: into the pool, if it is still wanted."""
+        wanted = len(self._ready) + len(self._fills) < self.max_size
+        if self.closing or container.shape != self.shape or not wanted:
+            self.disposer.put(container)
         else:
             self._ready.append(container)
 
-    async def drain(self) -> None:
-        """Stop filling and remove every waiting container."""
-        self.closing = True
-        while self._ready:
-            await self._dispose(self._ready.popleft())
+    # --- following demand over time ----------------------------------------------
 
-    @property
-    def filling(self) -> int:
-        return self._filling
+    def tick(self) -> None:
+        """Shrink to the target (the oldest first), drop the stale, refill."""
+        if self.closing:
+            return
+        now = time.monotonic()
+        excess = len(self._ready) + len(self._fills) - self.target()
+        for container in list(self._ready):
+            if excess > 0 or now - container.created >= self.max_age_s:
+                self._ready.remove(container)
+                self.disposer.put(container)
+                excess -= 1
+        if now >= self._retry_at:
+            self.replenish()
+
+    async def maintain(self) -> None:
+        """Run `tick` every TICK_S until cancelled."""
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                self.tick()
+            except Exception:  # the pool must go on following demand
+                log.exception("docker: pool maintenance")
+
+    async def drain(self) -> None:
+        """Stop filling and remove every waiting container (and the queued ones)."""
+        self.closing = True
+        self.disposer.flush()
+        while self._ready:
+            self.disposer.put(self._ready.popleft(), urgent=True)
