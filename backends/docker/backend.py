@@ -106,6 +106,7 @@ class DockerBackend(SandboxBackend):
             fill_concurrency=s.pool_fill_concurrency,
             demand_window_s=s.pool_demand_window_s,
             remove_concurrency=s.remove_concurrency,
+            release=self._release,
         )
         self._reaper: asyncio.Task[None] | None = None
         self._maintainer: asyncio.Task[None] | None = None
@@ -135,7 +136,7 @@ class DockerBackend(SandboxBackend):
         )
 
     async def start(self) -> None:
-        self.pool.closing = False
+        self.pool.open()
         s = self.settings
         await self.engine.ping()
         image_id = await self.engine.image_id(self.image)
@@ -219,7 +220,7 @@ class DockerBackend(SandboxBackend):
         source = Source(
             take=lambda: claimed.pop() if claimed else self.pool.take(shape),
             dead=factory.dead,
-            make=lambda: factory.make(shape, spec.execution_id),
+            make=lambda: self.pool.track(factory.make(shape, spec.execution_id)),
             discard=self.pool.disposer.put,
         )
         try:
@@ -289,6 +290,9 @@ class DockerBackend(SandboxBackend):
 
     async def _dispose(self, container: Container) -> None:
         await self._require_factory().dispose(container)
+
+    async def _release(self, container: Container) -> None:
+        await self._require_factory().release(container)
 
     async def reap_leftovers(self) -> list[str]:
         """Remove containers of dead gateways and this one's own untracked leftovers."""

@@ -23,10 +23,13 @@ than a fresh start would be, and nothing is started twice); if none is under way
 it starts its own at once, never queued behind the pool's.
 
 Removal of used containers (`Disposer`) is off the request path and bounded:
-at most `remove_concurrency` at once, so removals never hold the engine threads
-and engine time that starts need; the rest wait in a queue that is always emptied
-(settling and closing the backend wait for it). A container that may still run a
-program (its execution did not end normally) is removed at once, never queued.
+what the gateway holds for one (stream, pidfds, egress session) is let go at once;
+the engine's removal runs at most `remove_concurrency` at once and gives way while a
+start is under way (unless `YIELD_BACKLOG` are queued), so removals never take the
+engine threads and engine time that the next requests' starts need; the queue is
+always emptied (settling and closing the backend wait for it). A container that may
+still run a program (its execution did not end normally) is removed at once, never
+queued.
 """
 
 from __future__ import annotations
@@ -55,9 +58,10 @@ TICK_S = 1.0
 # After a failed start ahead, the pool waits before trying again on its own (a broken
 # engine is not hammered); doubled per consecutive failure, up to the maximum.
 BACKOFF_S, BACKOFF_MAX_S = 1.0, 60.0
-# Removals queued beyond this start at once: the backlog is bounded even if the
-# engine removes more slowly than executions end.
-MAX_BACKLOG = 64
+# Removals give way to starts until this many are queued (then they go on at their
+# own bounded pace whatever starts), checking this often.
+YIELD_BACKLOG = 16
+YIELD_POLL_S = 0.02
 
 
 class Background:
@@ -79,29 +83,37 @@ class Background:
 
 
 class Disposer:
-    """Removes containers in the background, at most `concurrency` at once."""
+    """Removes containers in the background, at most `concurrency` at once, giving
+    way to starts (see the module's docstring)."""
 
     def __init__(
         self,
         dispose: Callable[[Container], Awaitable[None]],
         background: Background,
         concurrency: int,
+        release: Callable[[Container], Awaitable[None]] | None = None,
+        starting: Callable[[], bool] = lambda: False,
     ) -> None:
         self._dispose = dispose
+        self._release = release
+        self._starting = starting
         self._background = background
         self.concurrency = concurrency
         self._queue: collections.deque[Container] = collections.deque()
         self._running = 0
+        self.flushing = False
 
     @property
     def backlog(self) -> int:
         return len(self._queue)
 
     def put(self, container: Container, *, urgent: bool = False) -> None:
-        """Remove `container`; `urgent`: now, whatever is queued (it may still run
-        a program)."""
-        if urgent or len(self._queue) >= MAX_BACKLOG:
-            self._background.start(self._one(container))
+        """Remove `container`; `urgent`: now, whatever is queued or starting (it may
+        still run a program)."""
+        if self._release is not None and not urgent:
+            self._background.start(self._release(container))
+        if urgent or self.flushing:
+            self._background.start(self._dispose(container))
         elif self._running < self.concurrency:
             self._running += 1
             self._background.start(self._worker(container))
@@ -109,16 +121,20 @@ class Disposer:
             self._queue.append(container)
 
     def flush(self) -> None:
-        """Start removing everything queued at once (the backend is closing)."""
+        """Remove everything queued at once, from now on (the backend is closing)."""
+        self.flushing = True
         while self._queue:
-            self._background.start(self._one(self._queue.popleft()))
-
-    async def _one(self, container: Container) -> None:
-        await self._dispose(container)
+            self._background.start(self._dispose(self._queue.popleft()))
 
     async def _worker(self, container: Container) -> None:
         try:
             while True:
+                # Starts are the next requests' critical path, removals nobody's:
+                # wait while one is under way, unless the backlog is long.
+                while self._starting() and len(self._queue) < YIELD_BACKLOG:
+                    if self.flushing:
+                        break
+                    await asyncio.sleep(YIELD_POLL_S)
                 await self._dispose(container)
                 if not self._queue:
                     return
@@ -153,6 +169,7 @@ class Pool:
         fill_concurrency: int = 2,
         demand_window_s: float = 10.0,
         remove_concurrency: int = 2,
+        release: Callable[[Container], Awaitable[None]] | None = None,
     ) -> None:
         self.size = size  # the floor; 0: no pool at all
         self.max_size = max(size, max_size) if size else 0
@@ -161,7 +178,10 @@ class Pool:
         self.shape = shape
         self._make = make
         self._background = background
-        self.disposer = Disposer(dispose, background, remove_concurrency)
+        self.starting = 0  # starts under way, the pool's and requests' own
+        self.disposer = Disposer(
+            dispose, background, remove_concurrency, release, lambda: self.starting > 0
+        )
         self._failed = failed  # a container made ahead failed to start
         self._slots = asyncio.Semaphore(fill_concurrency)
         self._ready: collections.deque[Container] = collections.deque()
@@ -260,6 +280,14 @@ class Pool:
 
     # --- filling -----------------------------------------------------------------
 
+    async def track(self, start: Awaitable[Container]) -> Container:
+        """A start under way (removals give way to it)."""
+        self.starting += 1
+        try:
+            return await start
+        finally:
+            self.starting -= 1
+
     def replenish(self) -> None:
         """Start what the target asks for (in the background, bounded)."""
         if self.closing:
@@ -279,7 +307,7 @@ class Pool:
                 fill.started = True
                 t0 = time.monotonic()
                 try:
-                    container = await self._make(fill.shape)
+                    container = await self.track(self._make(fill.shape))
                 except Exception as exc:  # a background task: nothing else would see it
                     self._failures += 1
                     self._retry_at = time.monotonic() + min(
@@ -334,6 +362,11 @@ class Pool:
                 self.tick()
             except Exception:  # the pool must go on following demand
                 log.exception("docker: pool maintenance")
+
+    def open(self) -> None:
+        """Fill and remove at the usual pace again (the backend starts, maybe anew)."""
+        self.closing = False
+        self.disposer.flushing = False
 
     async def drain(self) -> None:
         """Stop filling and remove every waiting container (and the queued ones)."""

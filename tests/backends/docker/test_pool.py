@@ -15,7 +15,7 @@ import pytest
 
 from backends.base import Limits
 from backends.docker.config import Shape
-from backends.docker.pool import Background, Pool
+from backends.docker.pool import Background, Disposer, Pool
 
 SHAPE = Shape.of(Limits())
 OTHER = Shape.of(Limits(memory_mb=96))
@@ -214,6 +214,16 @@ async def test_draining_removes_the_ready_and_the_queued_at_once() -> None:
     assert set(engine.removed) == ready | set(queued) and pool.ready == frozenset()
     pool.replenish()
     assert pool.filling == 0  # closed: no more starts
+    pool.open()  # started again: bounded removals, starts again
+    engine.remove_gate.clear()
+    for container in [Fake(SHAPE) for _ in range(3)]:
+        pool.disposer.put(container)
+    await spin()
+    assert engine.removing == 1 and pool.disposer.backlog == 2
+    engine.remove_gate.set()
+    pool.replenish()
+    await settled(bg)
+    assert len(pool.ready) == 3
 
 
 async def test_a_failed_start_ahead_backs_off_before_the_pool_tries_on_its_own() -> None:
@@ -230,3 +240,21 @@ async def test_a_failed_start_ahead_backs_off_before_the_pool_tries_on_its_own()
     pool.tick()  # within the back-off: no new try
     await settled(bg)
     assert len(failures) == 1
+
+
+async def test_removals_give_way_to_a_start_under_way_but_release_at_once() -> None:
+    engine, bg, pool = await starts_held(size=1)
+    released: list[Fake] = []
+
+    async def release(container: Any) -> None:
+        released.append(container)
+
+    pool.disposer = Disposer(engine.dispose, bg, 2, release, lambda: pool.starting > 0)
+    used = Fake(SHAPE)
+    pool.disposer.put(used)
+    await spin()
+    assert released == [used]  # stream, pidfds, egress: let go at once
+    assert engine.removed == [] and engine.removals.most == 0  # the start goes first
+    engine.gate.set()
+    await settled(bg)
+    assert engine.removed == [used] and len(pool.ready) == 1
