@@ -20,7 +20,8 @@ back to the floor. Replacements start in parallel, at most `fill_concurrency` at
 once (more would only slow each other down on the engine). A request that finds
 the pool empty takes over a replacement already being started (it is ready sooner
 than a fresh start would be, and nothing is started twice); if none is under way
-it starts its own at once, never queued behind the pool's.
+it starts its own at once, never queued behind the pool's, and one replacement the
+pool had queued is dropped in its place.
 
 Removal of used containers (`Disposer`) is off the request path and bounded:
 what the gateway holds for one (stream, pidfds, egress session) is let go at once;
@@ -150,6 +151,7 @@ class _Fill:
 
     shape: Shape
     started: bool = False
+    dropped: bool = False  # a request started its own instead: not to be made
     claimed: asyncio.Future[Container | None] | None = None
     task: asyncio.Future[None] | None = field(default=None, repr=False)
 
@@ -259,11 +261,13 @@ class Pool:
         its own). Never waits for a start that has not begun."""
         if (found := self.take(shape)) is not None:
             return found
-        fill = next(
-            (f for f in self._fills if f.started and f.claimed is None and f.shape == shape),
-            None,
-        )
+        mine = [f for f in self._fills if f.claimed is None and f.shape == shape]
+        fill = next((f for f in mine if f.started), None)
         if fill is None:
+            # Its own start goes at once; one the pool had queued for it is not made
+            # too (a start more would only slow the others down).
+            if queued := next((f for f in mine if not f.dropped), None):
+                queued.dropped = True
             return None
         fill.claimed = claimed = asyncio.get_running_loop().create_future()
         try:
@@ -302,7 +306,7 @@ class Pool:
         container: Container | None = None
         try:
             async with self._slots:
-                if self.closing or (fill.claimed is None and fill.shape != self.shape):
+                if self.closing or fill.dropped or fill.shape != self.shape:
                     return  # no longer wanted before it began
                 fill.started = True
                 t0 = time.monotonic()

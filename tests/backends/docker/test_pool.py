@@ -162,6 +162,8 @@ async def test_a_request_never_waits_for_a_start_that_has_not_begun() -> None:
     engine.gate.set()
     assert await first is not None
     await settled(bg)
+    # The request that started its own took a queued start's place: 2 made, not 3.
+    assert len(engine.made) == 2 and len(pool.ready) == 1
 
 
 async def test_a_claimer_cancelled_as_its_container_arrives_leaves_it_in_the_pool() -> None:
