@@ -215,8 +215,11 @@ class DockerBackend(SandboxBackend):
         self.pool.want(shape)
         s = self.settings
         # The pool's container, or one already starting for it (never a start of our
-        # own queued behind the pool's; a start is bounded by start_timeout_s).
-        claimed = [await self.pool.claim(shape)]  # None: no more than a miss
+        # own queued behind the pool's).
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        claimed = [await self.pool.claim(shape, s.start_deadline_s)]  # None: a miss
+        left = s.start_deadline_s - (loop.time() - began)  # one deadline for both
         source = Source(
             take=lambda: claimed.pop() if claimed else self.pool.take(shape),
             dead=factory.dead,
@@ -224,9 +227,7 @@ class DockerBackend(SandboxBackend):
             discard=self.pool.disposer.put,
         )
         try:
-            container, failed = await acquire(
-                source, s.start_attempts, s.start_deadline_s, self.start_failures
-            )
+            container, failed = await acquire(source, s.start_attempts, left, self.start_failures)
         except BackendError:
             self.pool.replenish()  # in place of the dead and the failed
             raise

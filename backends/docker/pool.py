@@ -255,10 +255,11 @@ class Pool:
             self.hits += 1
         return found
 
-    async def claim(self, shape: Shape) -> Container | None:
+    async def claim(self, shape: Shape, timeout_s: float) -> Container | None:
         """A waiting container of this shape; else the next one of the starts
-        already under way for it (waiting for it); else None (the caller starts
-        its own). Never waits for a start that has not begun."""
+        already under way for it (waiting for it at most `timeout_s`; after that it
+        goes to the pool); else None (the caller starts its own). Never waits for a
+        start that has not begun."""
         if (found := self.take(shape)) is not None:
             return found
         mine = [f for f in self._fills if f.claimed is None and f.shape == shape]
@@ -271,13 +272,17 @@ class Pool:
             return None
         fill.claimed = claimed = asyncio.get_running_loop().create_future()
         try:
-            container = await claimed
+            await asyncio.wait((claimed,), timeout=timeout_s)
         except asyncio.CancelledError:
             # Handed to us just as we were cancelled: it waits for the next request.
-            if claimed.done() and not claimed.cancelled() and claimed.result() is not None:
-                self._keep(claimed.result())  # type: ignore[arg-type]
+            if claimed.done() and (container := claimed.result()) is not None:
+                self._keep(container)
+            claimed.cancel()
             raise
-        if container is not None:
+        if not claimed.done():
+            claimed.cancel()  # too late for us: the start's container goes to the pool
+            return None
+        if (container := claimed.result()) is not None:
             self.misses -= 1  # counted as a claim, not as a container started for it
             self.claims += 1
         return container

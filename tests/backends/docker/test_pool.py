@@ -143,7 +143,7 @@ async def test_refills_run_in_parallel_but_never_more_than_the_bound() -> None:
 
 async def test_a_request_takes_over_a_start_under_way_instead_of_starting_its_own() -> None:
     engine, _, pool = await starts_held()
-    claim = asyncio.ensure_future(pool.claim(SHAPE))
+    claim = asyncio.ensure_future(pool.claim(SHAPE, 30))
     await spin()
     assert not claim.done()
     engine.gate.set()
@@ -154,11 +154,11 @@ async def test_a_request_takes_over_a_start_under_way_instead_of_starting_its_ow
 
 async def test_a_request_never_waits_for_a_start_that_has_not_begun() -> None:
     engine, bg, pool = await starts_held(size=3, fill=1)
-    first = asyncio.ensure_future(pool.claim(SHAPE))  # takes over the one under way
+    first = asyncio.ensure_future(pool.claim(SHAPE, 30))  # takes over the one under way
     await spin()
     # The two queued starts have not begun: the next request starts its own at once.
-    assert await pool.claim(SHAPE) is None
-    assert await pool.claim(OTHER) is None  # and no start is of another shape's
+    assert await pool.claim(SHAPE, 30) is None
+    assert await pool.claim(OTHER, 30) is None  # and no start is of another shape's
     engine.gate.set()
     assert await first is not None
     await settled(bg)
@@ -168,7 +168,7 @@ async def test_a_request_never_waits_for_a_start_that_has_not_begun() -> None:
 
 async def test_a_claimer_cancelled_as_its_container_arrives_leaves_it_in_the_pool() -> None:
     engine, bg, pool = await starts_held()
-    claim = asyncio.ensure_future(pool.claim(SHAPE))
+    claim = asyncio.ensure_future(pool.claim(SHAPE, 30))
     await spin()
     claim.cancel()
     engine.gate.set()
@@ -260,3 +260,11 @@ async def test_removals_give_way_to_a_start_under_way_but_release_at_once() -> N
     engine.gate.set()
     await settled(bg)
     assert engine.removed == [used] and len(pool.ready) == 1
+
+
+async def test_a_request_waits_for_a_start_under_way_no_longer_than_its_deadline() -> None:
+    engine, bg, pool = await starts_held()
+    assert await pool.claim(SHAPE, 0.05) is None  # the caller starts its own, in time
+    engine.gate.set()
+    await settled(bg)
+    assert pool.ready == frozenset({engine.made[0].name})  # the late one is the pool's
