@@ -102,8 +102,14 @@ class DockerBackend(SandboxBackend):
             self._dispose,
             self._background,
             lambda exc: self.start_failures.record(exc, background=True),
+            max_size=s.pool_max_size,
+            fill_concurrency=s.pool_fill_concurrency,
+            demand_window_s=s.pool_demand_window_s,
+            remove_concurrency=s.remove_concurrency,
+            release=self._release,
         )
         self._reaper: asyncio.Task[None] | None = None
+        self._maintainer: asyncio.Task[None] | None = None
         self._etc_dir: Path | None = None  # the generated /etc files (etc.py)
 
     # --- SandboxBackend ------------------------------------------------------------
@@ -130,7 +136,7 @@ class DockerBackend(SandboxBackend):
         )
 
     async def start(self) -> None:
-        self.pool.closing = False
+        self.pool.open()
         s = self.settings
         await self.engine.ping()
         image_id = await self.engine.image_id(self.image)
@@ -156,6 +162,7 @@ class DockerBackend(SandboxBackend):
             await self.close()
             raise
         self._reaper = asyncio.ensure_future(self._reap_periodically())
+        self._maintainer = asyncio.ensure_future(self.pool.maintain())
         self.pool.replenish()
 
     async def health(self) -> Health:
@@ -173,11 +180,12 @@ class DockerBackend(SandboxBackend):
         )
 
     async def close(self) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
-            self._reaper = None
+        for task in (self._reaper, self._maintainer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._reaper = self._maintainer = None
         await self.pool.drain()
         for container in list(self._live.values()):
             container.stop.set()
@@ -205,24 +213,31 @@ class DockerBackend(SandboxBackend):
         spec = dataclasses.replace(spec, limits=self.clamp(spec.limits))
         shape = Shape.of(spec.limits)
         self.pool.want(shape)
-        source = Source(
-            take=lambda: self.pool.take(shape),
-            dead=factory.dead,
-            make=lambda: factory.make(shape, spec.execution_id),
-            discard=lambda container: self._background.start(factory.dispose(container)),
-        )
         s = self.settings
+        # The pool's container, or one already starting for it (never a start of our
+        # own queued behind the pool's).
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        claimed = [await self.pool.claim(shape, s.start_deadline_s)]  # None: a miss
+        left = s.start_deadline_s - (loop.time() - began)  # one deadline for both
+        source = Source(
+            take=lambda: claimed.pop() if claimed else self.pool.take(shape),
+            dead=factory.dead,
+            make=lambda: self.pool.track(factory.make(shape, spec.execution_id)),
+            discard=self.pool.disposer.put,
+        )
         try:
-            container, failed = await acquire(
-                source, s.start_attempts, s.start_deadline_s, self.start_failures
-            )
+            container, failed = await acquire(source, s.start_attempts, left, self.start_failures)
         except BackendError:
             self.pool.replenish()  # in place of the dead and the failed
             raise
+        self.pool.replenish()  # its replacement starts while it runs
         self._live[container.name] = container
+        ended = False  # the program is known to be over (its removal can wait its turn)
         try:
             # Handed over from here on: whatever happens is this run's result.
             outcome = await factory.execute(container, spec)
+            ended = True
             network: tuple[NetworkAttempt, ...] = ()
             network_events: tuple[SandboxEvent, ...] = ()
             if container.egress is not None:
@@ -232,10 +247,11 @@ class DockerBackend(SandboxBackend):
                 result, network=network, events=failed + result.events + network_events
             )
         finally:
-            # Nothing of the program runs in it any more (or its forced removal kills
-            # it): removal goes on in the background, tracked, and survives this
-            # request's cancellation; the reaper is the backstop.
-            self._background.start(factory.dispose(container))
+            # Removal goes on in the background, tracked, and survives this request's
+            # cancellation; queued (bounded) once nothing of the program runs in it,
+            # at once if something may (its forced removal kills it); the reaper is
+            # the backstop.
+            self.pool.disposer.put(container, urgent=not ended)
             self._live.pop(container.name, None)
             self.pool.replenish()
 
@@ -275,6 +291,9 @@ class DockerBackend(SandboxBackend):
 
     async def _dispose(self, container: Container) -> None:
         await self._require_factory().dispose(container)
+
+    async def _release(self, container: Container) -> None:
+        await self._require_factory().release(container)
 
     async def reap_leftovers(self) -> list[str]:
         """Remove containers of dead gateways and this one's own untracked leftovers."""
