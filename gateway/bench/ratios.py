@@ -84,6 +84,14 @@ def _docker(runtime: str, pooled: str = "backend_pooled") -> Figure:
     return figure
 
 
+def _capture(name: str) -> Figure:
+    def figure(results: dict[str, Any]) -> float | str:
+        on = _p50(results, f"gateway_{name}_capture_on")
+        return _ratio(on, _p50(results, f"gateway_{name}_capture_off"))
+
+    return figure
+
+
 GOALS: tuple[Goal, ...] = (
     Goal(
         "gateway_nsjail_vs_bare_p50",
@@ -134,6 +142,18 @@ GOALS: tuple[Goal, ...] = (
         "(f) the same, a burst the pool was configured to hold (runc)",
         "x", 3.0, False,
         _docker("runc", "backend_burst"),
+    ),
+    Goal(
+        "capture_on_vs_off_nsjail_p50",
+        "(17) print(1), gateway + nsjail, behaviour capture on / off, p50",
+        "x", 1.05, True,
+        _capture("nsjail"),
+    ),
+    Goal(
+        "capture_on_vs_off_gvisor_p50",
+        "(17) print(1), gateway + docker-gvisor, behaviour capture on / off, p50",
+        "x", 1.05, True,
+        _capture("gvisor"),
     ),
     Goal(
         "docker_burst_vs_cli_c4_runsc",

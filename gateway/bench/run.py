@@ -203,6 +203,19 @@ async def run_bench(runs: int) -> dict[str, Any]:
 
         # print(1) on gVisor through the whole gateway, a pooled container waiting.
         results["gateway_gvisor"] = await gateway_print(root / "gvisor", "docker-gvisor", runs)
+        # What recording the code's behaviour costs: the same gateway, capture on and off
+        # (on is the default; measured again here so both sides share the moment).
+        off = '{"enabled": false}'
+        for name, backend, var in (
+            ("nsjail", "nsjail", "EXECGATE_BACKENDS_NSJAIL_CAPTURE"),
+            ("gvisor", "docker-gvisor", "EXECGATE_BACKENDS_DOCKER_GVISOR_CAPTURE"),
+        ):
+            results[f"gateway_{name}_capture_on"] = await gateway_print(
+                root / f"{name}-capture", backend, runs
+            )
+            results[f"gateway_{name}_capture_off"] = await gateway_print(
+                root / f"{name}-no-capture", backend, runs, **{var: off}
+            )
 
     bare_p50 = results["bare_python"]["p50_ms"]
     nsjail_p50 = results["nsjail_backend"]["p50_ms"]
