@@ -78,7 +78,7 @@ test: $(STAMP) $(OPA)
 	$(OPA) check --strict policies
 	$(OPA) test -v policies
 	$(OPA) test --coverage --format=json policies | $(BIN)/python -c 'import json,sys; c=json.load(sys.stdin)["coverage"]; print(f"opa test coverage: {c:.1f}% (floor 90%)"); sys.exit(c < 90)'
-	$(BIN)/pytest -q -rs
+	$(BIN)/pytest -q -rs --durations=30
 
 lint: $(STAMP)
 	$(BIN)/ruff check gateway backends tests

@@ -21,6 +21,7 @@ from backends.base import BackendError, SandboxBackend, SandboxEvent
 from gateway.admission.gate import Admission
 from gateway.appkeys import PIPELINE, SERVICES, SETTINGS
 from gateway.approvals.desk import ApprovalDesk
+from gateway.approvals.webhooks import WebhookSecretError
 from gateway.audit.log import AuditLog, AuditUnavailable
 from gateway.auth.tokens import TokenVerifier
 from gateway.console import add_console
@@ -40,6 +41,7 @@ from gateway.pipeline import Pipeline
 from gateway.policy.base import PolicyEngine
 from gateway.policy.inputs import DecisionInputLog, decision_inputs_path
 from gateway.policy.mask import MaskError
+from gateway.review.notifier import ReviewNotifier
 from gateway.services import Services
 from gateway.settings.model import Settings
 from gateway.state import StateUnavailable, make_state
@@ -189,6 +191,13 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
     await desk.start()
     stack.push_async_callback(desk.close)
 
+    reviews = ReviewNotifier(settings.review, audit)
+    try:
+        await reviews.start()
+    except WebhookSecretError as exc:
+        raise StartupError(f"review.webhook_secret_file: {exc}") from exc
+    stack.push_async_callback(reviews.close)
+
     inputs = None
     if settings.policy.record_inputs:
         inputs = DecisionInputLog(
@@ -216,6 +225,7 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
         audit=audit,
         store=store,
         approvals=desk,
+        reviews=reviews,
         metrics=Metrics(),
         decision_inputs=inputs,
     )

@@ -69,6 +69,8 @@ class ExecContext:
     backend: str | None = None
     limits: Limits | None = None
     result: ExecResult | None = None
+    # The policy's review of what the code tried: {"flags": [...], "error"?}.
+    review: dict[str, Any] | None = None
     # Set by the dispatch stage once the program has been handed to a sandbox: from
     # then on the request cannot fail before it runs (a streaming answer may begin).
     running: asyncio.Event = field(default_factory=asyncio.Event)

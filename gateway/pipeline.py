@@ -31,6 +31,7 @@ from gateway.stages import (
     dispatch,
     hold_for_approval,
     redeem_approval,
+    review,
     validate,
 )
 from gateway.telemetry import logs
@@ -50,6 +51,7 @@ STAGES: tuple[Stage, ...] = (
     hold_for_approval,  # require_approval -> held for a person (202)
     admit,  # rate, quota, concurrency slot, clamped limits
     dispatch,  # spec -> fresh sandbox -> result
+    review,  # what the code tried -> the policy's review -> flags; the result stored
 )
 
 # Which terminal audit record type an error produces.

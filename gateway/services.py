@@ -17,6 +17,7 @@ from gateway.executions.live import LiveRegistry
 from gateway.executions.store import ExecutionStore
 from gateway.policy.base import PolicyEngine
 from gateway.policy.inputs import DecisionInputLog
+from gateway.review.notifier import ReviewNotifier
 from gateway.settings.model import Settings
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.tracing import Tracing
@@ -32,6 +33,8 @@ class Services:
     audit: AuditLog
     store: ExecutionStore
     approvals: ApprovalDesk
+    # Flagged executions to the review webhook (does nothing unless configured).
+    reviews: ReviewNotifier | None = None
     metrics: Metrics = field(default_factory=Metrics)
     # OpenTelemetry spans per request and stage; a no-op unless [telemetry] enabled.
     tracing: Tracing = field(default_factory=Tracing)
@@ -41,3 +44,7 @@ class Services:
     live: LiveRegistry = field(default_factory=LiveRegistry)
     # Backends the escape self-test took out of service: name -> why.
     out_of_service: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.reviews is None:
+            self.reviews = ReviewNotifier(self.settings.review, self.audit)

@@ -140,12 +140,12 @@ def capture_off(reason: str) -> Behaviour:
 @dataclass(frozen=True, slots=True)
 class Baseline:
     """What a runtime does on its own at start-up, per language: (op, path, result)
-    file keys, program paths and refused system calls (glibc probing clone3 for
-    each thread) a record leaves out."""
+    file keys, program paths and refused system calls (a runtime's probe for one
+    its kernel lacks, gVisor's rseq) a record leaves out."""
 
     files: frozenset[tuple[str, str, str]] = frozenset()
     programs: frozenset[str] = frozenset()
-    refused: frozenset[str] = frozenset()
+    syscalls: frozenset[str] = frozenset()
 
     @classmethod
     def learn(cls, *seen: Behaviour) -> Baseline:
@@ -153,8 +153,8 @@ class Baseline:
         what any of them did is the runtime's, not the code's)."""
         files = {(f.op, f.path, f.result) for b in seen for f in b.files}
         programs = {p.path for b in seen for p in b.programs}
-        refused = {name for b in seen for name, _ in b.syscalls_refused}
-        return cls(frozenset(files), frozenset(programs), frozenset(refused))
+        syscalls = {name for b in seen for name, _ in b.syscalls_refused}
+        return cls(frozenset(files), frozenset(programs), frozenset(syscalls))
 
 
 @dataclass
@@ -227,7 +227,7 @@ class BehaviourRecorder:
             self._signals[key] = 1
 
     def refused(self, syscall: str, count: int = 1) -> None:
-        if syscall in self.baseline.refused:
+        if syscall in self.baseline.syscalls:
             return
         if syscall in self._refused:
             self._refused[syscall] += count

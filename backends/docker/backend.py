@@ -107,10 +107,16 @@ class DockerBackend(SandboxBackend):
             self._dispose,
             self._background,
             lambda exc: self.start_failures.record(exc, background=True),
+            max_size=s.pool_max_size,
+            fill_concurrency=s.pool_fill_concurrency,
+            demand_window_s=s.pool_demand_window_s,
+            remove_concurrency=s.remove_concurrency,
+            release=self._release,
         )
         self._reaper: asyncio.Task[None] | None = None
+        self._maintainer: asyncio.Task[None] | None = None
         self._etc_dir: Path | None = None  # the generated /etc files (etc.py)
-        self.capture = HostCapture(s.capture, self.name)
+        self.host_trace = HostCapture(s.capture, self.name)
 
     # --- SandboxBackend ------------------------------------------------------------
 
@@ -136,7 +142,7 @@ class DockerBackend(SandboxBackend):
         )
 
     async def start(self) -> None:
-        self.pool.closing = False
+        self.pool.open()
         s = self.settings
         await self.engine.ping()
         image_id = await self.engine.image_id(self.image)
@@ -150,7 +156,7 @@ class DockerBackend(SandboxBackend):
                 self._etc_dir = await asyncio.to_thread(make_etc_dir, nameserver)
             except OSError as exc:
                 raise BackendError(f"cannot write the sandboxes' /etc files: {exc}") from exc
-        self._factory = ContainerFactory(
+        self._factory = self.make_factory(
             s, self.engine, self.instance, self.name, image_id, launcher, seccomp,
             boundary=self.network_boundary, holder_runtime=self.holder_runtime(),
             resolver=self.egress_resolver, etc_dir=str(self._etc_dir),
@@ -158,14 +164,19 @@ class DockerBackend(SandboxBackend):
         await self.reap_leftovers()
         try:
             if self.host_capture:
-                await self.capture.start()
+                await self.host_trace.start()
             await self._probe()
-            await self._learn_baselines()
         except BackendError:
             await self.close()
             raise
         self._reaper = asyncio.ensure_future(self._reap_periodically())
+        self._maintainer = asyncio.ensure_future(self.pool.maintain())
         self.pool.replenish()
+        try:
+            await self._learn_host_baselines()
+        except BackendError:
+            await self.close()
+            raise
 
     async def health(self) -> Health:
         try:
@@ -176,7 +187,7 @@ class DockerBackend(SandboxBackend):
             return Health(ok=False, detail="backend not started")
         if self.pool.fill_error and not self.pool.ready:
             return Health(ok=False, detail=f"containers cannot be started: {self.pool.fill_error}")
-        if self.host_capture and (problem := self.capture.health_problem()):
+        if self.host_capture and (problem := self.host_trace.health_problem()):
             return Health(ok=False, detail=problem)
         return Health(
             ok=True,
@@ -184,11 +195,12 @@ class DockerBackend(SandboxBackend):
         )
 
     async def close(self) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
-            self._reaper = None
+        for task in (self._reaper, self._maintainer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._reaper = self._maintainer = None
         await self.pool.drain()
         for container in list(self._live.values()):
             container.stop.set()
@@ -208,49 +220,49 @@ class DockerBackend(SandboxBackend):
         if self._etc_dir is not None:
             await asyncio.to_thread(remove_etc_dir, self._etc_dir)
             self._etc_dir = None
-        await self.capture.close()
+        await self.host_trace.close()
 
     def capture_status(self) -> tuple[bool, str]:
         if not self.host_capture:
             return super().capture_status()
-        return self.capture.status()
+        return self.host_trace.status()
 
     async def run(self, spec: ExecSpec) -> ExecResult:
-        return await self._run(spec, pooled=True)
-
-    async def _run(self, spec: ExecSpec, pooled: bool) -> ExecResult:
-        """`pooled=False`: the backend's own runs at start (a container of their own;
-        the pool neither follows nor serves them)."""
         factory = self._require_factory()
         if spec.language not in self._languages:
             raise BackendError(f"{self.name} backend does not serve language {spec.language!r}")
         spec = dataclasses.replace(spec, limits=self.clamp(spec.limits))
         shape = Shape.of(spec.limits)
-        if pooled:
-            self.pool.want(shape)
-        source = Source(
-            take=lambda: self.pool.take(shape) if pooled else None,
-            dead=factory.dead,
-            make=lambda: factory.make(shape, spec.execution_id),
-            discard=lambda container: self._background.start(factory.dispose(container)),
-        )
+        self.pool.want(shape)
         s = self.settings
+        # The pool's container, or one already starting for it (never a start of our
+        # own queued behind the pool's).
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        claimed = [await self.pool.claim(shape, s.start_deadline_s)]  # None: a miss
+        left = s.start_deadline_s - (loop.time() - began)  # one deadline for both
+        source = Source(
+            take=lambda: claimed.pop() if claimed else self.pool.take(shape),
+            dead=factory.dead,
+            make=lambda: self.pool.track(factory.make(shape, spec.execution_id)),
+            discard=self.pool.disposer.put,
+        )
         try:
-            container, failed = await acquire(
-                source, s.start_attempts, s.start_deadline_s, self.start_failures
-            )
+            container, failed = await acquire(source, s.start_attempts, left, self.start_failures)
         except BackendError:
-            if pooled:
-                self.pool.replenish()  # in place of the dead and the failed
+            self.pool.replenish()  # in place of the dead and the failed
             raise
+        self.pool.replenish()  # its replacement starts while it runs
         self._live[container.name] = container
+        ended = False  # the program is known to be over (its removal can wait its turn)
         capture: Capture | str | None = None
         try:
             if self.host_capture:
                 # Claimed now: what the launcher did while it waited is not this run's.
-                capture = await self.capture.begin(container.pid, spec.language, skip_pid=1)
+                capture = await self.host_trace.begin(container.pid, spec.language, skip_pid=1)
             # Handed over from here on: whatever happens is this run's result.
             outcome = await factory.execute(container, spec)
+            ended = True
             network: tuple[NetworkAttempt, ...] = ()
             network_events: tuple[SandboxEvent, ...] = ()
             if container.egress is not None:
@@ -258,23 +270,20 @@ class DockerBackend(SandboxBackend):
             result = await factory.finish(container, spec, outcome)
             if capture is not None:
                 # The launcher reported after everything else in the container died.
-                result = dataclasses.replace(result, behaviour=await self.capture.end(capture))
+                behaviour = await self.host_trace.end(capture)
+                result = dataclasses.replace(result, behaviour=behaviour)
                 capture = None
             return dataclasses.replace(
                 result, network=network, events=failed + result.events + network_events
             )
         finally:
-            self.capture.drop(capture)
-            # Nothing of the program runs in it any more (or its forced removal kills
-            # it): removal goes on in the background, tracked, and survives this
-            # request's cancellation; the reaper is the backstop. The backend's own
-            # runs at start wait for it, as the probe does: start() leaves only the pool.
-            removal = self._background.start(factory.dispose(container))
-            if not pooled:
-                await asyncio.shield(removal)
+            self.host_trace.drop(capture)
+            # Removal goes on in the background, tracked, and survives this request's
+            # cancellation; queued (bounded) once nothing of the program runs in it,
+            # at once if something may (its forced removal kills it); the reaper is
+            # the backstop.
+            self.pool.disposer.put(container, urgent=not ended)
             self._live.pop(container.name, None)
-            if pooled:
-                self.pool.replenish()
 
     # --- pool, reaper, probe ---------------------------------------------------------
 
@@ -312,6 +321,9 @@ class DockerBackend(SandboxBackend):
 
     async def _dispose(self, container: Container) -> None:
         await self._require_factory().dispose(container)
+
+    async def _release(self, container: Container) -> None:
+        await self._require_factory().release(container)
 
     async def reap_leftovers(self) -> list[str]:
         """Remove containers of dead gateways and this one's own untracked leftovers."""
@@ -372,21 +384,22 @@ class DockerBackend(SandboxBackend):
                 f" (Seccomp: {found.get('seccomp')!r}); for runsc add --oci-seccomp"
             )
 
-    async def _learn_baselines(self) -> None:
-        """With capture on: one do-nothing program per language through the real
-        path; what it did is the runtime's own start-up, left out of records."""
-        if not self.capture.status()[0]:
+    async def _learn_host_baselines(self) -> None:
+        """With host capture on: a do-nothing program per language through the real
+        path (the default shape, the pool's); what it did is the runtime's own
+        start-up, left out of records. Its container is gone before start() returns."""
+        if not self.host_capture or not self.host_trace.status()[0]:
             return
         for language in sorted(self._languages):
             spec = ExecSpec(
                 execution_id=f"baseline-{language}",
                 language=language,
                 code=DO_NOTHING.get(language, ""),
-                limits=self.clamp(Limits(timeout_s=30, memory_mb=128, pids=16, disk_mb=1)),
+                limits=Limits(),
             )
 
             async def once(spec: ExecSpec = spec) -> Behaviour | None:
-                result = await self._run(spec, pooled=False)
+                result = await self.run(spec)
                 if result.status != Status.OK:
                     detail = result.stderr.decode(errors="replace")[-300:]
                     raise BackendError(
@@ -394,7 +407,12 @@ class DockerBackend(SandboxBackend):
                     )
                 return result.behaviour
 
-            await self.capture.learn(language, None, once)
+            await self.host_trace.learn(language, None, once)
+        await self.wait_settled()
+
+    def make_factory(self, *args: Any, **kwargs: Any) -> ContainerFactory:
+        """The maker of this backend's containers (docker-gvisor's reads their trace)."""
+        return ContainerFactory(*args, **kwargs)
 
     def holder_runtime(self) -> str:
         """The runtime that joins a holder container's namespace ("": none, the

@@ -7,18 +7,118 @@ speed. The engine must know runsc as a runtime with `--network=none` in its runt
 args, and as `runsc-egress` for sandboxes with controlled egress
 (deploy/docker/start-dockerd.sh); at start-up this backend proves that its
 sandboxes really run on gVisor, and refuses to start otherwise.
+
+Behaviour capture (backends/capture/gvisor.py) uses gVisor's own strace: with it
+on, sandboxes run under the capture variants of those runtimes (`runsc-capture`,
+`runsc-egress-capture`), whose Sentry logs the traced calls into a directory per
+container; each execution's record is read from where the log stood at hand-over
+to the program's end, and the directory goes with the container.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from backends.base import BackendError
+from backends.base import BackendError, ExecResult, ExecSpec, Health, Limits
+from backends.capture.gvisor import (
+    TRACER,
+    TraceParser,
+    TraceTail,
+    untraced,
+)
+from backends.capture.record import Baseline, Behaviour, BehaviourRecorder, capture_off
+from backends.capture.settings import CaptureSettings
+from backends.capture.syscalls import syscall_names
 from backends.docker.backend import DockerBackend
+from backends.docker.reaper import LABEL_INSTANCE
+from backends.docker.sandbox import Container, ContainerFactory, Outcome
 from backends.docker.seccomp import bundled_profile
 from backends.docker.settings import GvisorSettings
 from backends.egress.addresses import NameResolver
+
+WATCH_INTERVAL_S = 0.5
+WATCH_BYTES = 4 * 1024 * 1024
+# A program that does nothing but print a line, per language: what its record holds
+# is the runtime's (node opens /dev/null once it writes to a pipe), not the code's.
+DO_NOTHING = {"python": "print(1)", "bash": "echo 1", "javascript": "console.log(1)"}
+
+
+@dataclass
+class CapturePlan:
+    """Whether and where this backend's sandboxes are traced."""
+
+    on: bool = False
+    reason: str = "not started"
+    directory: Path = Path("/nonexistent")
+    settings: CaptureSettings = field(default_factory=CaptureSettings)
+    names: dict[int, str] = field(default_factory=dict)
+    baselines: dict[str, Baseline] = field(default_factory=dict)
+
+    def recorder(self, language: str) -> BehaviourRecorder:
+        c = self.settings
+        return BehaviourRecorder(
+            TRACER,
+            self.baselines.get(language, Baseline()),
+            max_files=c.max_files,
+            max_programs=c.max_programs,
+            max_signals=c.max_signals,
+            max_bytes=c.max_bytes,
+        )
+
+
+class TracedFactory(ContainerFactory):
+    """Containers whose Sentry traces them: each result carries its behaviour."""
+
+    def __init__(self, plan: CapturePlan, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.plan = plan
+        # Each handed-over container's trace, read from where it stood when the
+        # request went in: what the launcher did before (its start) is not the code's.
+        self.tails: dict[str, TraceTail] = {}
+
+    async def execute(self, container: Container, spec: ExecSpec) -> Outcome:
+        plan = self.plan
+        if not plan.on:
+            return await super().execute(container, spec)
+        parser = TraceParser(plan.recorder(spec.language), plan.names)
+        tail = TraceTail(plan.directory / container.id, parser)
+        await asyncio.to_thread(tail.mark)
+        self.tails[container.id] = tail
+        watch = asyncio.ensure_future(_watch(tail))
+        try:
+            return await super().execute(container, spec)
+        finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+
+    async def finish(self, container: Container, spec: ExecSpec, outcome: Outcome) -> ExecResult:
+        result = await super().finish(container, spec, outcome)
+        return dataclasses.replace(result, behaviour=await self.behaviour(container))
+
+    async def behaviour(self, container: Container) -> Behaviour:
+        """The record of what the program did: complete once it has ended (the
+        launcher reports after everything else in the sandbox is dead, and the Sentry
+        logs each call as it returns), read before the container and its log go."""
+        tail = self.tails.pop(container.id, None)
+        if not self.plan.on or tail is None:
+            return capture_off(self.plan.reason or "not traced")
+        if not await asyncio.to_thread(tail.pump, True):
+            return capture_off(f"no trace of this sandbox in {self.plan.directory}")
+        return tail.parser.recorder.finish()
+
+    async def _remove(self, cid: str, name: str, failed_start: bool = False) -> None:
+        await super()._remove(cid, name, failed_start)
+        self.tails.pop(cid, None)
+        # The trace goes with its container (a holder, runc, has none).
+        await asyncio.to_thread(shutil.rmtree, self.plan.directory / cid, True)
 
 
 class GvisorBackend(DockerBackend):
@@ -37,6 +137,108 @@ class GvisorBackend(DockerBackend):
     ) -> None:
         super().__init__(settings, egress_resolver=egress_resolver)
         self.network_boundary = bool(self.holder_runtime())
+        self.capture = CapturePlan()
+
+    # --- behaviour capture ------------------------------------------------------
+
+    def capture_status(self) -> tuple[bool, str]:
+        return self.capture.on, self.capture.reason
+
+    async def start(self) -> None:
+        self.capture = await self.plan_capture()
+        if self.settings.capture.required and not self.capture.on:
+            raise BackendError(f"{self.name}: capture is required but off: {self.capture.reason}")
+        await super().start()
+        if self.capture.on:
+            try:
+                await self._learn_baselines()
+            except BackendError:
+                await self.close()
+                raise
+
+    async def health(self) -> Health:
+        if self.settings.capture.required and not self.capture.on:
+            return Health(ok=False, detail=f"capture is required but off: {self.capture.reason}")
+        return await super().health()
+
+    async def plan_capture(self) -> CapturePlan:
+        """Whether this engine can trace the sandboxes, and if not why."""
+        s, c = self.settings, self.settings.capture
+        plan = CapturePlan(on=False, directory=Path(s.trace_dir), settings=c)
+        if not c.enabled:
+            plan.reason = "disabled in config"
+            return plan
+        wanted = {"capture_runtime": s.capture_runtime}
+        if s.egress_runtime:
+            wanted["capture_egress_runtime"] = s.capture_egress_runtime
+        if unset := [key for key, name in wanted.items() if not name]:
+            plan.reason = f"no capture runtime configured ({', '.join(unset)} is empty)"
+            return plan
+        try:
+            runtimes = (await self.engine.info()).get("Runtimes") or {}
+        except BackendError as exc:
+            plan.reason = f"cannot ask the engine for its runtimes: {exc}"
+            return plan
+        for name in wanted.values():
+            if why := untraced(name, runtimes.get(name)):
+                plan.reason = why
+                return plan
+        plan.names = await asyncio.to_thread(syscall_names)
+        plan.on, plan.reason = True, ""
+        return plan
+
+    async def _learn_baselines(self) -> None:
+        """What each runtime does on its own: a do-nothing program, twice (a sandbox
+        may be fresh or pooled), whose records later records leave out. A sandbox
+        that leaves no trace turns capture off (or, required, fails the start)."""
+        plan = self.capture
+        languages = sorted(self._languages_served())
+        learnt = await asyncio.gather(*(self._baseline(language) for language in languages))
+        for language, seen in zip(languages, learnt, strict=True):
+            if off := next((b for b in seen if b.capture != "on"), None):
+                plan.on, plan.reason = False, off.reason
+                if self.settings.capture.required:
+                    raise BackendError(f"{self.name}: capture is required: {plan.reason}")
+                return
+            plan.baselines[language] = Baseline.learn(*seen)
+
+    async def _baseline(self, language: str) -> list[Behaviour]:
+        seen = []
+        for _ in range(2):
+            spec = ExecSpec(
+                execution_id=f"baseline-{language}",
+                language=language,
+                code=DO_NOTHING.get(language, ""),
+                limits=Limits(),
+            )
+            result = await self.run(spec)
+            seen.append(result.behaviour or capture_off("no record"))
+        return seen
+
+    def _languages_served(self) -> frozenset[str]:
+        return self.capabilities.languages
+
+    def make_factory(self, settings: Any, *args: Any, **kwargs: Any) -> ContainerFactory:
+        if self.capture.on:
+            s = self.settings
+            settings = settings.model_copy(update={"runtime": s.capture_runtime})
+            if kwargs.get("holder_runtime"):
+                kwargs["holder_runtime"] = s.capture_egress_runtime
+        return TracedFactory(self.capture, settings, *args, **kwargs)
+
+    async def reap_leftovers(self) -> list[str]:
+        """Also the trace directories of containers the engine no longer has (a
+        gateway that died before removing its own)."""
+        removed = await super().reap_leftovers()
+        directory = self.capture.directory
+        if self.capture.on:
+            # Listed before the engine is asked: a directory made after the listing
+            # belongs to a container the engine already knows.
+            present = await asyncio.to_thread(_entries, directory)
+            known = {c.get("Id", "") for c in await self.engine.containers(LABEL_INSTANCE)}
+            for stale in present - known:
+                await asyncio.to_thread(shutil.rmtree, directory / stale, True)
+        return removed
 
     def holder_runtime(self) -> str:
         return str(getattr(self.settings, "egress_runtime", ""))
@@ -60,7 +262,9 @@ class GvisorBackend(DockerBackend):
         ran with runsc; the kernel the probe saw is not the engine host's; and its
         kernel log is gVisor's or its root file system is served by gVisor's gofer."""
         runtime = state.get("Runtime")
-        if runtime not in (self.settings.runtime, self.settings.egress_runtime):
+        s = self.settings
+        ours = (s.runtime, s.egress_runtime, s.capture_runtime, s.capture_egress_runtime)
+        if runtime not in ours:
             raise BackendError(f"gVisor not in use: the probe ran with runtime {runtime!r}")
         host_kernel = (await self.engine.info()).get("KernelVersion")
         if probe.get("release") == host_kernel:
@@ -72,3 +276,19 @@ class GvisorBackend(DockerBackend):
         root_fs = probe.get("root_fs", "")
         if "gVisor" not in probe.get("kernel_log", "") and not root_fs.startswith("9p "):
             raise BackendError(f"gVisor not in use: the probe's root is {root_fs!r}")
+
+
+async def _watch(tail: TraceTail) -> None:
+    """While the program runs: a log growing fast (a flood) is read and freed as it
+    grows, so it never holds much more than WATCH_BYTES on the host."""
+    while True:
+        await asyncio.sleep(WATCH_INTERVAL_S)
+        if await asyncio.to_thread(tail.pending) >= WATCH_BYTES:
+            await asyncio.to_thread(tail.pump)
+
+
+def _entries(directory: Path) -> set[str]:
+    try:
+        return {p.name for p in directory.iterdir()}
+    except OSError:
+        return set()

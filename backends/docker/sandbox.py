@@ -380,14 +380,20 @@ class ContainerFactory:
 
     # --- dispose ----------------------------------------------------------------
 
-    async def dispose(self, container: Container) -> None:
-        """Remove a container in whatever state it is (never raises)."""
+    async def release(self, container: Container) -> None:
+        """Let go of what the gateway holds for a container (its stream, its pidfds,
+        its egress session): at once, while its removal by the engine may wait its
+        turn (idempotent; never raises)."""
         container.writer.close()
         for fd in container.pidfds:
             close_fd(fd)
         container.pidfds = ()
         if container.egress is not None:
             await container.egress.stop()
+
+    async def dispose(self, container: Container) -> None:
+        """Remove a container in whatever state it is (never raises)."""
+        await self.release(container)
         await self._remove(container.id, container.name)
         if container.holder:
             await self._remove(container.holder, container.holder_name)

@@ -51,8 +51,18 @@ class DockerSettings(SandboxCeilings):
     # Seconds the launcher's own deadline trails ours (a backstop if the gateway dies).
     backstop_margin_s: int = Field(2, ge=1, le=60)
 
-    # Containers started ahead of requests, each used once (0: start on demand).
+    # Containers started ahead of requests, each used once: at least this many
+    # (0: no pool, every container started on demand), and as many more as recent
+    # demand needs (arrivals per second over `pool_demand_window_s` times the measured
+    # start latency), up to `pool_max_size`; back to the floor when demand falls.
     pool_size: int = Field(2, ge=0, le=64)
+    pool_max_size: int = Field(8, ge=0, le=64)
+    pool_demand_window_s: float = Field(10.0, gt=0, le=3600)
+    # Containers started ahead at once (more only slow each other down).
+    pool_fill_concurrency: int = Field(2, ge=1, le=32)
+    # Used containers removed at once, off the request path (the rest queue, and
+    # are all removed before the backend settles or closes).
+    remove_concurrency: int = Field(2, ge=1, le=64)
     # A waiting container older than this is thrown away rather than used.
     pool_max_age_s: int = Field(300, ge=1, le=86400)
     # Containers of dead gateway instances are removed at start and this often.
@@ -78,6 +88,12 @@ class GvisorSettings(DockerSettings):
     # egress: backends/egress/veth.py); registered by deploy/docker/start-dockerd.sh.
     # "": runsc --network=none only (loopback, no egress, nothing recorded).
     egress_runtime: str = "runsc-egress"
+    # Behaviour capture ([backends.docker-gvisor.capture]): the same two runtimes with
+    # gVisor's strace into a log per container under `trace_dir` (deploy/docker/
+    # runsc-capture, registered by start-dockerd.sh; its EXECGATE_GVISOR_TRACE_DIR).
+    capture_runtime: str = "runsc-capture"
+    capture_egress_runtime: str = "runsc-egress-capture"
+    trace_dir: str = "/run/execgate-gvisor-trace"
     pids_limit_mode: Literal["cgroup", "rlimit"] = "rlimit"
     # gVisor's kernel (the Sentry) and its file proxy share the container's cgroup.
     memory_overhead_mb: int = Field(64, ge=0, le=4096)

@@ -8,7 +8,11 @@
 #   args (runsc refuses Docker's `none` network otherwise) and --oci-seccomp (without
 #   it runsc ignores the container's seccomp profile: found by the escape suite), merged into
 #   /etc/docker/daemon.json without touching the other keys; both run runsc through
-#   deploy/docker/runsc-safe (runsc's `delete` would SIGKILL reused pids);
+#   deploy/docker/runsc-safe (runsc's `delete` would SIGKILL reused pids); and the two
+#   again with gVisor's strace as "runsc-capture" and "runsc-egress-capture" (behaviour
+#   capture: deploy/docker/runsc-capture; each container's trace under
+#   $EXECGATE_GVISOR_TRACE_DIR of the engine's environment, default
+#   /run/execgate-gvisor-trace);
 # - starts dockerd in the background with no bridge and no iptables rules: sandboxes
 #   have no network at all, so the engine needs none, and the host firewall is left as
 #   it is; its log goes to $EXECGATE_DOCKERD_LOG (default /var/log/execgate-dockerd.log);
@@ -28,11 +32,24 @@ RUNSC=$(command -v runsc || true)
 changed=0
 if [ -n "$RUNSC" ]; then
   mkdir -p "$(dirname "$CONFIG")"
-  # Merge: keep every key the file has, set only runtimes.runsc and runsc-egress.
+  # Merge: keep every key the file has, set only our runtimes (runsc, runsc-egress and
+  # their capture variants).
   HERE="$(cd "$(dirname "$0")" && pwd)"
-  changed=$(python3 - "$CONFIG" "$HERE/runsc-safe" "$HERE/runsc-egress" <<'EOF'
+  changed=$(python3 - "$CONFIG" "$HERE/runsc-safe" "$HERE/runsc-egress" "$HERE/runsc-capture" \
+    "$HERE/runsc-egress-capture" <<'EOF'
 import json, os, sys
-path, runsc, wrapper = sys.argv[1], sys.argv[2], sys.argv[3]
+path, runsc, wrapper, capture, egress_capture = sys.argv[1:6]
+# Behaviour capture (backends/capture/gvisor.py): the Sentry's strace of these calls,
+# into a debug log per container (runsc-capture); the list is the backend's TRACED.
+STRACE = [
+    "--strace",
+    "--strace-syscalls=open,openat,creat,rename,renameat,renameat2,unlink,unlinkat,mkdir,"
+    "mkdirat,rmdir,link,linkat,symlink,symlinkat,truncate,execve,execveat,kill,tkill,"
+    "tgkill,ptrace,process_vm_readv,process_vm_writev,pidfd_send_signal,"
+    "rt_sigqueueinfo,rt_tgsigqueueinfo,chdir,fchdir",
+    "--strace-log-size=64",
+    "--debug",
+]
 try:
     with open(path) as f:
         config = json.load(f)
@@ -44,6 +61,9 @@ want = {
     # Controlled egress (backends/egress/veth.py): runsc's netstack takes over the
     # links of a holder container's namespace that the gateway furnished.
     "runsc-egress": {"path": wrapper, "runtimeArgs": ["--oci-seccomp"]},
+    # The same two with capture (backends/docker/gvisor.py uses them when it records).
+    "runsc-capture": {"path": capture, "runtimeArgs": ["--network=none", "--oci-seccomp", *STRACE]},
+    "runsc-egress-capture": {"path": egress_capture, "runtimeArgs": ["--oci-seccomp", *STRACE]},
 }
 runtimes = config.get("runtimes", {})
 if all(runtimes.get(name) == value for name, value in want.items()):

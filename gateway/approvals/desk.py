@@ -24,7 +24,7 @@ import aiohttp
 from gateway.approvals import binding as approval_binding
 from gateway.approvals.records import Approval, ApprovalRecords, DecisionWord, iso
 from gateway.approvals.tokens import ApprovalGrant, ApprovalSigner, load_or_create_signing_key
-from gateway.approvals.webhooks import headers_for, load_secret
+from gateway.approvals.webhooks import headers_for, load_secret, retryable
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import Principal
 from gateway.context import ExecContext, new_id
@@ -39,10 +39,6 @@ log = logging.getLogger(__name__)
 
 Runner = Callable[[ExecContext], Awaitable[ExecContext]]
 _NO_RECORD_IDS = {"request_id": None, "subject": None}
-
-
-def _retryable(status: int) -> bool:
-    return status >= 500 or status in (408, 429)
 
 
 class ApprovalDesk:
@@ -111,10 +107,10 @@ class ApprovalDesk:
         """The approval as it stands now: one past its expiry reads expired (and is
         recorded so) even before the next sweep."""
         approval = await self.store.get(approval_id)
-        if approval is not None and approval.status == "pending":
-            if self._clock() >= approval.expires_at:
-                await self._expire()
-                approval = await self.store.get(approval_id)
+        due = approval is not None and approval.status == "pending"
+        if due and approval is not None and self._clock() >= approval.expires_at:
+            await self._expire()
+            approval = await self.store.get(approval_id)
         return approval
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
@@ -195,7 +191,7 @@ class ApprovalDesk:
                 async with self._session.post(s.webhook_url, data=body, headers=headers) as resp:
                     outcome["status_code"] = resp.status
                     ok = 200 <= resp.status < 300
-                    retry = not ok and _retryable(resp.status)
+                    retry = not ok and retryable(resp.status)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 outcome["error"] = f"{type(exc).__name__}: {exc}"[:300]
                 ok, retry = False, True

@@ -48,6 +48,11 @@ def load_secret(path: Path) -> bytes:
     return key
 
 
+def retryable(status: int) -> bool:
+    """Whether a receiver's answer is worth another attempt."""
+    return status >= 500 or status in (408, 429)
+
+
 def sign(key: bytes, msg_id: str, timestamp: int, body: bytes) -> str:
     mac = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
     return "v1," + base64.b64encode(mac).decode("ascii")

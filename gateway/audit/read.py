@@ -73,10 +73,17 @@ class AuditFilter:
     after_seq: int = 0
     before_seq: int = 0  # 0: no bound
     until: str | None = None  # from normalise_since
+    # Review records (execution.review) that flagged something, at this severity.
+    flagged: bool = False
+    severity: str | None = None
+    # Behaviour records (execution.behaviour) with at least one attempt of this kind:
+    # files, programs, signals or syscalls_refused.
+    attempt: str | None = None
 
     def matches(self, record: dict[str, Any]) -> bool:
         return (
-            (self.type is None or record.get("type") == self.type)
+            self._behaviour_matches(record)
+            and (self.type is None or record.get("type") == self.type)
             and (self.tenant is None or record.get("tenant") == self.tenant)
             and (self.execution_id is None or record.get("execution_id") == self.execution_id)
             and (self.since is None or str(record.get("ts", "")) >= self.since)
@@ -85,6 +92,17 @@ class AuditFilter:
             and (not self.before_seq or _seq(record) < self.before_seq)
         )
 
+    def _behaviour_matches(self, record: dict[str, Any]) -> bool:
+        if self.flagged or self.severity is not None:
+            flags = record.get("flags")
+            if not isinstance(flags, list) or not flags:
+                return False
+            if self.severity is not None and not any(
+                isinstance(f, dict) and f.get("severity") == self.severity for f in flags
+            ):
+                return False
+        return self.attempt is None or bool(record.get(self.attempt))
+
     def needles(self) -> list[bytes]:
         """Byte strings every matching line contains (lines are canonical JSON)."""
         out = []
@@ -92,6 +110,8 @@ class AuditFilter:
             value = getattr(self, key)
             if value is not None:
                 out.append(f'"{key}":{json.dumps(value, ensure_ascii=False)}'.encode())
+        if self.flagged or self.severity is not None:
+            out.append(b'"flags":[{')
         return out
 
 
@@ -163,6 +183,9 @@ async def query(
     limit: int = 100,
     newest: bool = False,
     descending: bool = False,
+    flagged: bool = False,
+    severity: str | None = None,
+    attempt: str | None = None,
 ) -> list[dict[str, Any]]:
     """Records for `GET /v1/audit`; reads the file in a thread. ValueError for a bad time.
 
@@ -177,6 +200,9 @@ async def query(
         after_seq,
         before_seq,
         normalise_since(until),
+        flagged,
+        severity,
+        attempt,
     )
     return await asyncio.to_thread(
         query_sync, path, filt, limit=limit, newest=newest, descending=descending

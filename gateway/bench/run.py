@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +26,14 @@ from gateway.appkeys import SERVICES
 from gateway.bench.docker import docker_bench, render_docker
 from gateway.bench.measure import percentiles, throughput, timed
 from gateway.bench.policy import DECISIONS, POLICIES, local_opa, sample_input
+from gateway.bench.ratios import evaluate, render
 from gateway.context import new_id
 from gateway.policy.embedded import EmbeddedEngine
 from gateway.settings.model import Settings, load_settings
 
 PYTHON = "/usr/bin/python3"
 CODE = "print(1)"
+WARMUP = 3
 
 
 def bench_settings(root: Path, backend: str, **extra: str) -> Settings:
@@ -92,6 +95,14 @@ class Gateway:
                 raise RuntimeError(f"gateway answered {r.status}: {body}")
             return body
 
+    async def healthz(self) -> None:
+        """The cheapest request the gateway answers: its floor for one request."""
+        assert self.session is not None
+        async with self.session.get(self.url.removesuffix("/v1/executions") + "/healthz") as r:
+            await r.read()
+            if r.status != 200:
+                raise RuntimeError(f"gateway answered {r.status} to /healthz")
+
     async def execute_streamed(self) -> None:
         """The same execution answered as Server-Sent Events, read to the result."""
         assert self.session is not None
@@ -119,6 +130,10 @@ async def run_bench(runs: int) -> dict[str, Any]:
         await proc.wait()
 
     results["bare_python"] = percentiles(await timed(bare, runs))
+    # The floor for throughput: the same processes, as many at once as the gateway gets.
+    results["bare_python_throughput"] = [
+        await throughput(bare, c, max(runs, 4 * c) * 2) for c in (1, 4)
+    ]
 
     async def egress_boundary() -> None:
         # A sandbox's network set-up (made ahead of requests, off their path).
@@ -157,6 +172,7 @@ async def run_bench(runs: int) -> dict[str, Any]:
 
         async with Gateway(bench_settings(root / "noop", "noop")) as gw:
             results["gateway_noop"] = percentiles(await timed(gw.execute, runs * 5))
+            results["gateway_healthz"] = percentiles(await timed(gw.healthz, runs * 5))
             results["gateway_noop_throughput"] = [
                 await throughput(gw.execute, c, runs * 10) for c in (1, 4, 16)
             ]
@@ -185,6 +201,22 @@ async def run_bench(runs: int) -> dict[str, Any]:
                     await timed(lambda: svc_engine.decide(doc), max(DECISIONS, runs * 50))
                 )
 
+        # print(1) on gVisor through the whole gateway, a pooled container waiting.
+        results["gateway_gvisor"] = await gateway_print(root / "gvisor", "docker-gvisor", runs)
+        # What recording the code's behaviour costs: the same gateway, capture on and off
+        # (on is the default; measured again here so both sides share the moment).
+        off = '{"enabled": false}'
+        for name, backend, var in (
+            ("nsjail", "nsjail", "EXECGATE_BACKENDS_NSJAIL_CAPTURE"),
+            ("gvisor", "docker-gvisor", "EXECGATE_BACKENDS_DOCKER_GVISOR_CAPTURE"),
+        ):
+            results[f"gateway_{name}_capture_on"] = await gateway_print(
+                root / f"{name}-capture", backend, runs
+            )
+            results[f"gateway_{name}_capture_off"] = await gateway_print(
+                root / f"{name}-no-capture", backend, runs, **{var: off}
+            )
+
     bare_p50 = results["bare_python"]["p50_ms"]
     nsjail_p50 = results["nsjail_backend"]["p50_ms"]
     gw_p50 = results["gateway_nsjail"]["p50_ms"]
@@ -194,7 +226,29 @@ async def run_bench(runs: int) -> dict[str, Any]:
         "gateway_overhead_p50_ms": round(gw_p50 - nsjail_p50, 2),
     }
     results["docker"] = await docker_side_by_side(runs)
+    results["goals"] = evaluate(results)
     return results
+
+
+async def gateway_print(root: Path, backend: str, runs: int, **env: str) -> dict[str, Any]:
+    """print(1) through a whole gateway on `backend`, one at a time, each with the
+    backend settled (its pool refilled, as between requests that are not a burst);
+    `env` overrides settings (EXECGATE_... names), so the same figure can be taken
+    with one setting on and off (e.g. behaviour capture). A backend that cannot
+    start is reported as skipped, saying why."""
+    try:
+        async with Gateway(bench_settings(root, backend, **env)) as gw:
+            settle = getattr(gw.services.backends[backend], "wait_settled", None)
+            samples = []
+            for _ in range(WARMUP + runs):
+                if settle is not None:
+                    await settle()
+                t0 = time.perf_counter()
+                await gw.execute()
+                samples.append(time.perf_counter() - t0)
+    except Exception as exc:  # no engine, no image, no runtime: say so, measure the rest
+        return {"skipped": f"{type(exc).__name__}: {exc}"[:300]}
+    return percentiles(samples[WARMUP:])
 
 
 async def docker_side_by_side(runs: int) -> dict[str, Any]:
@@ -211,6 +265,8 @@ def render_table(results: dict[str, Any]) -> str:
         "nsjail_backend",
         "gateway_nsjail",
         "gateway_noop",
+        "gateway_healthz",
+        "gateway_gvisor",
         "gateway_noop_opa",
         "policy_embedded",
         "policy_rego_cpp",
@@ -218,6 +274,9 @@ def render_table(results: dict[str, Any]) -> str:
     ):
         r = results.get(key)
         if r is None:  # a results file from before this row existed
+            continue
+        if "skipped" in r:
+            rows.append((key, "-", "skipped:", r["skipped"][:60], ""))
             continue
         d = 3 if key.startswith("policy_") else 2  # decisions take tens of microseconds
         cells = [f"{r[q]:.{d}f}" for q in ("p50_ms", "p95_ms", "p99_ms")]
@@ -228,11 +287,12 @@ def render_table(results: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"{'throughput':<22}  {'conc':>9}  {'exec/s':>9}  {'p50 ms':>9}  {'p99 ms':>9}")
     for key in (
+        "bare_python_throughput",
         "gateway_nsjail_throughput",
         "gateway_nsjail_streamed_throughput",
         "gateway_noop_throughput",
     ):
-        for r in results[key]:
+        for r in results.get(key, ()):
             lines.append(
                 f"{key:<22}  {r['concurrency']:>9}  {r['per_s']:>9}  "
                 f"{r['p50_ms']:>9.2f}  {r['p99_ms']:>9.2f}"
@@ -254,6 +314,8 @@ def render_table(results: dict[str, Any]) -> str:
     )
     if "docker" in results:
         lines += render_docker(results["docker"])
+    if "goals" in results:
+        lines += render(results["goals"])
     return "\n".join(lines)
 
 

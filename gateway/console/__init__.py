@@ -1,4 +1,5 @@
-"""The web console at `/console/`: approvals, the audit trail and health for people.
+"""The web console at `/console/`: approvals, the audit trail, patterns of what code
+tried, and health, for people.
 
 A sub-application of the gateway (same process, same services): server-rendered
 pages, one stylesheet and one small script shipped in the package, a session
@@ -11,7 +12,14 @@ from importlib import resources
 
 from aiohttp import web
 
-from gateway.console import approvals_page, audit_page, health_page, signin, story_page
+from gateway.console import (
+    approvals_page,
+    audit_page,
+    health_page,
+    patterns_page,
+    signin,
+    story_page,
+)
 from gateway.console.chain import CHAIN, ChainStatus
 from gateway.console.guard import console_middleware
 from gateway.console.session import SESSIONS, SessionStore
@@ -47,7 +55,7 @@ def create_console_app() -> web.Application:
     app[CHAIN] = ChainStatus()
     app[ASSETS] = _load_assets()
     app.router.add_get("/static/{name}", _asset)
-    for module in (signin, approvals_page, audit_page, story_page, health_page):
+    for module in (signin, approvals_page, audit_page, story_page, health_page, patterns_page):
         app.add_routes(module.routes)
     return app
 

@@ -101,13 +101,6 @@ async def _selftests(svc: Services) -> list[list[str]]:
     return rows
 
 
-def _chart(title: str, headers: list[str], rows: list[list[str]], empty: str) -> str:
-    head = f'<section class="card"><h2>{html.esc(title)}</h2>'
-    if not rows:
-        return head + f'<p class="muted">{html.esc(empty)}</p></section>'
-    return head + html.table(headers, rows, "chart") + "</section>"
-
-
 @routes.get("/health")
 async def health_page(request: web.Request) -> web.Response:
     session = require(request, *READ)
@@ -121,20 +114,29 @@ async def health_page(request: web.Request) -> web.Response:
         [[html.esc(n), html.badge("ok" if ok else "failing"), html.esc(d)] for n, ok, d in checks],
         "readiness",
     )
+    body += '<h2 class="section">Behaviour capture</h2>'
+    body += html.table(
+        ["backend", "capture", "why not"],
+        [
+            [html.esc(name), html.badge("on" if on else "off"), html.esc(why or "—")]
+            for name, (on, why) in ((n, b.capture_status()) for n, b in svc.backends.items())
+        ],
+        "capture",
+    )
     body += '<div class="grid">'
-    body += _chart(
+    body += html.chart(
         "Sandbox pools",
         ["backend", "pool size", "running", "ready"],
         _pools(svc, checks),
         "no backends",
     )
-    body += _chart(
+    body += html.chart(
         "Admission refusals per tenant",
         ["tenant", "refused"],
         _rate_limited(svc, session),
         "No request refused for rate or quota since start.",
     )
-    body += _chart(
+    body += html.chart(
         "Executions by backend and status",
         ["backend status", "executions"],
         _executions(svc),

@@ -20,6 +20,7 @@ from gateway.console.session import Session
 PAGES = (
     ("/console/approvals", "Approvals", ("approvals:read", "approvals:read:all")),
     ("/console/audit", "Audit trail", ("audit:read", "audit:read:all")),
+    ("/console/patterns", "Patterns", ("audit:read", "audit:read:all")),
     ("/console/health", "Health", ("audit:read", "audit:read:all")),
 )
 
@@ -125,6 +126,14 @@ def table(headers: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "") 
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
     klass = f' class="{esc(cls)}"' if cls else ""
     return f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def chart(title: str, headers: list[str], rows: list[list[str]], empty: str) -> str:
+    """A card with a table console.js draws as bars (the last column is the value)."""
+    head = f'<section class="card"><h2>{esc(title)}</h2>'
+    if not rows:
+        return head + f'<p class="muted">{esc(empty)}</p></section>'
+    return head + table(headers, rows, "chart") + "</section>"
 
 
 def badge(word: str) -> str:

@@ -45,10 +45,93 @@ def _record_card(record: dict[str, Any]) -> str:
     )
 
 
+def _behaviour_box(records: list[dict[str, Any]], execution: dict[str, Any] | None) -> str:
+    """What the code tried, flagged first: from the audit log (the review and the
+    behaviour record), else from the stored result."""
+    review = next((r for r in reversed(records) if r.get("type") == "execution.review"), None)
+    record = next((r for r in reversed(records) if r.get("type") == "execution.behaviour"), None)
+    result = (execution or {}).get("result") or {}
+    stored = result.get("behaviour") or {}
+    flags = (review or {}).get("flags") or stored.get("flags") or []
+    tried = record or stored
+    network = [r for r in records if r.get("type") == "network.attempt"] or result.get(
+        "network", []
+    )
+    if not (flags or tried or network):
+        return ""
+    parts = ['<section class="card behaviour"><h2>What the code tried</h2>']
+    if tried.get("capture") == "off":
+        parts.append(
+            f'<p class="muted">Capture was off: {html.esc(tried.get("reason") or "unknown")}</p>'
+        )
+    if flags:
+        parts.append("<h3>Flagged by the review</h3>")
+        parts.append(html.table(
+            ["severity", "rule", "detail"],
+            [[html.badge(str(f.get("severity"))), html.esc(f.get("rule")),
+              html.esc(f.get("detail"))] for f in flags if isinstance(f, dict)],
+            "flags",
+        ))  # fmt: skip
+    if review is not None and review.get("error"):
+        parts.append(f'<p class="error">Review: {html.esc(review["error"])}</p>')
+
+    def failed_first(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted(entries, key=lambda e: e.get("result") == "ok")
+
+    files = failed_first([f for f in tried.get("files", []) if isinstance(f, dict)])
+    if files:
+        parts.append("<h3>Files</h3>" + html.table(
+            ["operation", "path", "result", "times"],
+            [[html.esc(f.get("op")), html.esc(f.get("path")), html.badge(str(f.get("result"))),
+              html.esc(f.get("count"))] for f in files],
+            "attempts",
+        ))  # fmt: skip
+    programs = failed_first([p for p in tried.get("programs", []) if isinstance(p, dict)])
+    if programs:
+        parts.append("<h3>Programs</h3>" + html.table(
+            ["program", "arguments", "result", "times"],
+            [[html.esc(p.get("path")), html.value(p.get("argv")), html.badge(str(p.get("result"))),
+              html.esc(p.get("count"))] for p in programs],
+            "attempts",
+        ))  # fmt: skip
+    signals = failed_first([x for x in tried.get("signals", []) if isinstance(x, dict)])
+    if signals:
+        parts.append("<h3>Signals and tracing</h3>" + html.table(
+            ["call", "target pid", "signal / request", "result", "times"],
+            [[html.esc(x.get("syscall")), html.esc(x.get("target")), html.esc(x.get("signal")),
+              html.badge(str(x.get("result"))), html.esc(x.get("count"))] for x in signals],
+            "attempts",
+        ))  # fmt: skip
+    refused = tried.get("syscalls_refused") or {}
+    if isinstance(refused, dict) and refused:
+        parts.append("<h3>Refused system calls</h3>" + html.table(
+            ["system call", "times"],
+            [[html.esc(name), html.esc(n)] for name, n in sorted(refused.items())],
+            "chart",
+        ))  # fmt: skip
+    if network:
+        parts.append("<h3>Network</h3>" + html.table(
+            ["kind", "destination", "verdict", "rule"],
+            [[html.esc(a.get("kind")), html.esc(f"{a.get('host')}:{a.get('port')}"),
+              html.badge(str(a.get("verdict"))), html.esc(a.get("rule"))]
+             for a in sorted(network, key=lambda a: a.get("verdict") != "blocked")],
+            "attempts",
+        ))  # fmt: skip
+    if tried.get("dropped"):
+        parts.append(
+            f'<p class="muted">{html.esc(tried["dropped"])} more attempts beyond the'
+            " record's caps (counted, not kept).</p>"
+        )
+    parts.append("</section>")
+    return "".join(parts)
+
+
 def _result_box(execution: dict[str, Any]) -> str:
     result = execution.get("result") or {}
     stdout, stderr = result.get("stdout"), result.get("stderr")
-    shown = {k: v for k, v in result.items() if k not in ("stdout", "stderr")}
+    shown = {
+        k: v for k, v in result.items() if k not in ("stdout", "stderr", "behaviour", "network")
+    }
     parts = [
         f'<section class="card result"><h2>Result {html.badge(str(execution.get("status")))}</h2>',
         html.fields(shown),
@@ -121,6 +204,7 @@ async def execution_story(request: web.Request) -> web.Response:
         )
     elif execution is not None:
         body += _result_box(execution)
+    body += _behaviour_box(records, execution)
     body += f'<h2 class="section">Story <span class="count">{len(records)}</span></h2>'
     body += '<div class="timeline">' + "".join(_record_card(r) for r in records) + "</div>"
     return html.page(f"Execution {execution_id}", body, session, active="/console/audit")

@@ -14,8 +14,14 @@ def summary(result: SuiteResult) -> str:
         f"escape-test {result.backend}: {len(result.findings)} techniques, "
         f"{result.count(Outcome.CONTAINED)} contained, {result.count(Outcome.ESCAPED)} escaped, "
         f"{result.count(Outcome.NOT_APPLICABLE)} not applicable, "
-        f"{result.count(Outcome.ERROR)} errors ({result.duration_ms / 1000:.1f} s): {verdict}"
+        f"{result.count(Outcome.ERROR)} errors, {recorded(result)} recorded"
+        f" ({result.duration_ms / 1000:.1f} s): {verdict}"
     )
+
+
+def recorded(result: SuiteResult) -> int:
+    """Techniques whose attempt shows in their execution's behaviour record."""
+    return sum(1 for f in result.findings if f.recorded)
 
 
 def row(finding: Finding) -> str:
@@ -37,6 +43,7 @@ def as_json(result: SuiteResult) -> dict[str, Any]:
         "sound": result.sound,
         "problems": result.problems,
         "max_not_applicable": result.max_not_applicable,
+        "recorded": recorded(result),
         "techniques": [
             {
                 "id": f.technique.id,
@@ -45,6 +52,7 @@ def as_json(result: SuiteResult) -> dict[str, Any]:
                 "outcome": f.verdict.outcome.value,
                 "detail": f.verdict.detail,
                 "duration_ms": f.duration_ms,
+                "recorded": f.recorded,
             }
             for f in result.findings
         ],

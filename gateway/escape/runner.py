@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backends.base import BackendError, ExecResult, ExecSpec, SandboxBackend
+from backends.capture.record import Behaviour
 from gateway.escape.catalog.index import techniques
 from gateway.escape.host import HostCanaries
 from gateway.escape.residue import leftovers
@@ -37,6 +38,14 @@ class Finding:
     technique: Technique
     verdict: Verdict
     duration_ms: int
+    # What the backend recorded of each probe run (its behaviour record): the suite
+    # also proves that what the sandbox stopped was seen.
+    behaviour: tuple[Behaviour, ...] = ()
+
+    @property
+    def recorded(self) -> bool:
+        """Some run of the technique left a non-empty behaviour or network record."""
+        return any(b.capture == "on" and (not b.empty or b.dropped) for b in self.behaviour)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +138,8 @@ async def run_one(backend: SandboxBackend, technique: Technique, host: HostCanar
         if evidence.host_findings:
             verdict = Verdict(Outcome.ESCAPED, "host: " + "; ".join(evidence.host_findings))
         return Finding(technique, verdict, _ms(started))
-    return Finding(technique, judge(technique, evidence), _ms(started))
+    seen = tuple(r.behaviour for r in evidence.results if r.behaviour is not None)
+    return Finding(technique, judge(technique, evidence), _ms(started), seen)
 
 
 def judge(technique: Technique, evidence: Evidence) -> Verdict:

@@ -6,6 +6,7 @@ import base64
 import dataclasses
 from typing import Any
 
+from backends.capture.record import capture_off
 from gateway.approvals.records import iso
 from gateway.context import ExecContext
 
@@ -33,11 +34,30 @@ def render_result(ctx: ExecContext) -> dict[str, Any]:
             for f in result.files
         ],
         "network": [dataclasses.asdict(a) for a in result.network],
+        "behaviour": render_behaviour(ctx),
         "events": [{"kind": e.kind, "detail": e.detail} for e in result.events],
         "backend": ctx.backend,
         "decision_id": decision.decision_id,
         "monitor": list(decision.monitor),
     }
+
+
+def render_behaviour(ctx: ExecContext) -> dict[str, Any]:
+    """The result's `behaviour` section: what the code tried beyond the network, and
+    what the review flagged (never absent: `capture: off` says why there is none)."""
+    result = ctx.result
+    assert result is not None
+    behaviour = result.behaviour
+    section = (
+        behaviour.as_dict()
+        if behaviour is not None
+        else capture_off(f"backend {ctx.backend} records no behaviour").as_dict()
+    )
+    review = ctx.review or {}
+    section["flags"] = review.get("flags", [])
+    if "error" in review:
+        section["review_error"] = review["error"]
+    return section
 
 
 def held_body(ctx: ExecContext) -> dict[str, object]:

@@ -15,10 +15,15 @@ from gateway.appkeys import SERVICES
 from gateway.audit.read import query
 from gateway.errors import GatewayError, invalid_field
 from gateway.ingress.rest import authenticated
+from gateway.review.document import SEVERITIES
 
 routes = web.RouteTableDef()
 
 MAX_LIMIT = 1000
+
+
+# Behaviour record sections `attempt=` selects by.
+ATTEMPT_KINDS = ("files", "programs", "signals", "syscalls_refused")
 
 
 def _int_param(request: web.Request, name: str, default: int, high: int) -> int:
@@ -55,6 +60,15 @@ async def list_audit(request: web.Request) -> web.Response:
         raise invalid_field("order", "must be asc or desc")
     if before and order != "desc":
         raise invalid_field("before", "needs order=desc (page forward with after_seq)")
+    flagged = request.query.get("flagged", "false")
+    if flagged not in ("true", "false"):
+        raise invalid_field("flagged", "must be true or false")
+    severity = request.query.get("severity")
+    if severity is not None and severity not in SEVERITIES:
+        raise invalid_field("severity", f"must be one of {', '.join(SEVERITIES)}")
+    attempt = request.query.get("attempt")
+    if attempt is not None and attempt not in ATTEMPT_KINDS:
+        raise invalid_field("attempt", f"must be one of {', '.join(ATTEMPT_KINDS)}")
     try:
         records = await query(
             svc.settings.audit.path,
@@ -66,6 +80,9 @@ async def list_audit(request: web.Request) -> web.Response:
             before_seq=before,
             limit=limit,
             descending=order == "desc",
+            flagged=flagged == "true",
+            severity=severity,
+            attempt=attempt,
         )
     except ValueError as exc:
         raise invalid_field("since", str(exc)) from None

@@ -199,6 +199,9 @@ def build_openapi(version: str) -> dict[str, Any]:
                             ("order", "string"),
                             ("before", "integer"),
                             ("limit", "integer"),
+                            ("flagged", "boolean"),
+                            ("severity", "string"),
+                            ("attempt", "string"),
                         )
                     ],
                     "responses": {

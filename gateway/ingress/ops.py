@@ -30,10 +30,21 @@ async def readyz(request: web.Request) -> web.Response:
     names = list(svc.backends)
     healths = await asyncio.gather(*(svc.backends[n].health() for n in names))
     for name, health in zip(names, healths, strict=True):
-        checks[f"backend:{name}"] = {"ok": health.ok, "detail": health.detail}
+        on, why_not = svc.backends[name].capture_status()
+        checks[f"backend:{name}"] = {
+            "ok": health.ok,
+            "detail": health.detail,
+            # What the code tries is recorded (off: why not; `capture.required` makes
+            # that unhealthy instead).
+            "capture": "on" if on else f"off: {why_not}",
+        }
         held = svc.out_of_service.get(name)
         if held:
-            checks[f"backend:{name}"] = {"ok": False, "detail": f"out of service: {held}"}
+            checks[f"backend:{name}"] = {
+                **checks[f"backend:{name}"],
+                "ok": False,
+                "detail": f"out of service: {held}",
+            }
     state_ok, state_detail = await svc.admission.state.health()
     checks["state"] = {"ok": state_ok, "detail": state_detail}
     checks["audit"] = {

@@ -91,7 +91,7 @@ async def _run_one(
     record = await svc.store.get(ctx.execution_id)
     assert record is not None and record["result"] is not None
     result = record["result"]
-    content = {k: result[k] for k in RESULT_KEYS}
+    content = {k: result[k] for k in RESULT_KEYS if k in result}
     return call, content, result["status"] != "ok"
 
 

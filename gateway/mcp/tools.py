@@ -25,6 +25,8 @@ RESULT_KEYS = (
     "truncated",
     "duration_ms",
     "files",
+    "network",
+    "behaviour",
 )
 
 OUTPUT_SCHEMA: dict[str, Any] = {
@@ -56,6 +58,26 @@ OUTPUT_SCHEMA: dict[str, Any] = {
         },
     },
     "required": ["execution_id", "status", "exit_code", "stdout", "stderr"],
+}
+_ATTEMPTS = {"type": "array", "items": {"type": "object"}}
+OUTPUT_SCHEMA["properties"]["network"] = {
+    **_ATTEMPTS,
+    "description": "What the code tried on the network, and what the gateway did",
+}
+OUTPUT_SCHEMA["properties"]["behaviour"] = {
+    "type": "object",
+    "description": "What the code tried beyond the network (files, programs, signals,"
+    " refused system calls) and what the policy's review flagged",
+    "properties": {
+        "capture": {"type": "string", "enum": ["on", "off"]},
+        "reason": {"type": "string"},
+        "files": _ATTEMPTS,
+        "programs": _ATTEMPTS,
+        "signals": _ATTEMPTS,
+        "syscalls_refused": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "dropped": {"type": "integer"},
+        "flags": _ATTEMPTS,
+    },
 }
 
 _FILES_SCHEMA = {
@@ -135,7 +157,7 @@ def error_result(content: dict[str, Any]) -> dict[str, Any]:
 
 
 def execution_result(record: dict[str, Any]) -> dict[str, Any]:
-    content = {k: record[k] for k in RESULT_KEYS}
+    content = {k: record[k] for k in RESULT_KEYS if k in record}
     return ran_result(content, record["status"] != "ok")
 
 

@@ -16,6 +16,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 ErrorKindName = Literal["unavailable", "invalid"]
 
 DECISION_PATH = "execgate/decision"  # data.execgate.decision
+# The second question, asked after an execution over what it tried (optional).
+REVIEW_PATH = "execgate/review"  # data.execgate.review
 
 
 class PolicyEngineError(Exception):
@@ -53,6 +55,11 @@ class PolicyEngine(Protocol):
 
     async def decide(self, input: dict[str, Any]) -> EngineAnswer:
         """The raw decision object for `input` and who decided, or PolicyEngineError."""
+        ...
+
+    async def review(self, input: dict[str, Any]) -> dict[str, Any] | None:
+        """`data.execgate.review` for a finished execution's behaviour; None when the
+        loaded policy defines no review. PolicyEngineError as for decide()."""
         ...
 
     async def health(self) -> tuple[bool, str]:

@@ -18,7 +18,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from gateway.policy.base import DECISION_PATH, PolicyEngineError
+from gateway.policy.base import DECISION_PATH, REVIEW_PATH, PolicyEngineError
 from gateway.policy.sources import PolicySources
 
 OPA_VERSION = "v1.22.4"
@@ -60,14 +60,25 @@ def find_opa_binary(configured: str = "") -> str:
 
 
 async def build_wasm(opa_bin: str, sources: PolicySources) -> bytes:
-    """policy.wasm for data.execgate.decision, or PolicyEngineError("invalid") naming the file."""
+    """policy.wasm for data.execgate.decision (and data.execgate.review when the
+    policy defines it), or PolicyEngineError("invalid") naming the file."""
+    try:
+        return await _build_wasm(opa_bin, sources, (DECISION_PATH, REVIEW_PATH))
+    except PolicyEngineError as exc:
+        if f'entrypoint "{REVIEW_PATH}" does not refer to a rule' not in exc.message:
+            raise
+    return await _build_wasm(opa_bin, sources, (DECISION_PATH,))
+
+
+async def _build_wasm(opa_bin: str, sources: PolicySources, entrypoints: tuple[str, ...]) -> bytes:
     with tempfile.TemporaryDirectory(prefix="execgate-policy-") as tmp:
         work = Path(tmp)
         tree = work / "policy"
         await asyncio.to_thread(_write_tree, tree, sources)
         out = work / "bundle.tar.gz"
         proc = await asyncio.create_subprocess_exec(
-            opa_bin, "build", "--target", "wasm", "--entrypoint", DECISION_PATH,
+            opa_bin, "build", "--target", "wasm",
+            *(arg for path in entrypoints for arg in ("--entrypoint", path)),
             "--output", str(out), str(tree),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,

@@ -70,6 +70,9 @@ class _Lane:
     def decide(self, input: dict[str, Any]) -> Future[Any]:
         return self.submit(self._evaluate, input)
 
+    def review(self, input: dict[str, Any]) -> Future[Any]:
+        return self.submit(self._review, input)
+
     def probe(self) -> Future[Any]:
         return self.submit(self._probe)
 
@@ -117,6 +120,11 @@ class _Lane:
         if self._policy is None:
             raise PolicyEngineError("unavailable", "policy evaluator did not start")
         return self._policy.evaluate(input)
+
+    def _review(self, input: dict[str, Any]) -> Any:
+        if self._policy is None:
+            raise PolicyEngineError("unavailable", "policy evaluator did not start")
+        return self._policy.review(input)
 
     def _probe(self) -> None:
         if self._policy is None:
@@ -211,6 +219,22 @@ class EmbeddedEngine:
                 "invalid", f"data.execgate.decision is {json_kind(value)}, not an object"
             )
         return EngineAnswer(value, lane.revision)
+
+    async def review(self, input: dict[str, Any]) -> dict[str, Any] | None:
+        lane = self._usable_lane()
+        future = lane.review(input)
+        try:
+            value = await asyncio.wait_for(asyncio.wrap_future(future), self._timeout_s)
+        except TimeoutError:
+            self._retire_if_overdue(lane)
+            raise PolicyEngineError(
+                "unavailable", f"no policy review within {self._timeout_s * 1000:.0f} ms"
+            ) from None
+        if value is not None and not isinstance(value, dict):
+            raise PolicyEngineError(
+                "invalid", f"data.execgate.review is {json_kind(value)}, not an object"
+            )
+        return value
 
     async def health(self) -> tuple[bool, str]:
         try:

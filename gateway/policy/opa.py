@@ -45,7 +45,13 @@ from typing import Any
 import aiohttp
 
 from gateway.json_codec import JsonError, loads
-from gateway.policy.base import DECISION_PATH, EngineAnswer, PolicyEngineError, json_kind
+from gateway.policy.base import (
+    DECISION_PATH,
+    REVIEW_PATH,
+    EngineAnswer,
+    PolicyEngineError,
+    json_kind,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +74,7 @@ class OpaEngine:
     def __init__(self, url: str, timeout_ms: int, *, bundle: str = DEFAULT_BUNDLE) -> None:
         self._base = url.rstrip("/")
         self._decision_url = f"{self._base}/v1/data/{DECISION_PATH}"
+        self._review_url = f"{self._base}/v1/data/{REVIEW_PATH}"
         self._timeout_s = timeout_ms / 1000
         self._bundle = bundle
         self._session: aiohttp.ClientSession | None = None
@@ -96,17 +103,22 @@ class OpaEngine:
             log.warning("OPA is not ready yet (%s); decisions fail closed until it is", detail)
 
     async def decide(self, input: dict[str, Any]) -> EngineAnswer:
-        try:
-            body = json.dumps({"input": input}, ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise PolicyEngineError("invalid", f"policy input is not JSON: {exc}") from None
-        # A lone surrogate cannot be UTF-8: send \\u escapes instead, as OPA reads them.
-        try:
-            payload = body.encode("utf-8")
-        except UnicodeEncodeError:
-            payload = json.dumps({"input": input}, allow_nan=False).encode("ascii")
-        status, answer = await self._post(payload)
+        status, answer = await self._post(_payload(input))
         return self._answer(status, answer)
+
+    async def review(self, input: dict[str, Any]) -> dict[str, Any] | None:
+        status, answer = await self._post(_payload(input), self._review_url)
+        if status != 200 or isinstance(answer, JsonError) or not isinstance(answer, dict):
+            self._answer(status, answer)  # raises the decision's errors, named
+            raise PolicyEngineError("invalid", "OPA answered something other than a JSON object")
+        if "result" not in answer:
+            return None  # the policy defines no review
+        value = answer["result"]
+        if not isinstance(value, dict):
+            raise PolicyEngineError(
+                "invalid", f"data.execgate.review is {json_kind(value)}, not an object"
+            )
+        return value
 
     async def health(self) -> tuple[bool, str]:
         """OPA's own readiness, bundles included (`/health?bundles=true`), and its revision."""
@@ -218,11 +230,11 @@ class OpaEngine:
             raise PolicyEngineError("unavailable", "policy engine is not started")
         return self._session
 
-    async def _post(self, payload: bytes) -> tuple[int, Any]:
+    async def _post(self, payload: bytes, target: str = "") -> tuple[int, Any]:
         session = self._usable_session()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout_s
-        url = f"{self._decision_url}?provenance=true"
+        url = f"{target or self._decision_url}?provenance=true"
         attempt = 0
         while True:
             attempt += 1
@@ -275,6 +287,18 @@ class OpaEngine:
         self.revision = revision
         decision_id = answer.get("decision_id")
         return EngineAnswer(value, revision, decision_id if isinstance(decision_id, str) else None)
+
+
+def _payload(input: dict[str, Any]) -> bytes:
+    try:
+        body = json.dumps({"input": input}, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PolicyEngineError("invalid", f"policy input is not JSON: {exc}") from None
+    # A lone surrogate cannot be UTF-8: send \\u escapes instead, as OPA reads them.
+    try:
+        return body.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps({"input": input}, allow_nan=False).encode("ascii")
 
 
 def _error_message(body: dict[str, Any]) -> str:

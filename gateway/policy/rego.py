@@ -30,7 +30,7 @@ from regopy.rego_shared import (
 )
 
 from gateway.json_codec import loads
-from gateway.policy.base import DECISION_PATH, PolicyEngineError
+from gateway.policy.base import DECISION_PATH, REVIEW_PATH, PolicyEngineError
 from gateway.policy.sources import PolicySources
 
 _UNDEFINED = object()
@@ -86,7 +86,7 @@ class CompiledPolicy:
         try:
             if sources.data:
                 self._rego.add_data_json(json.dumps(sources.data))
-            self._bundle = self._rego.build(None, [DECISION_PATH])
+            self._bundle = self._rego.build(None, [DECISION_PATH, REVIEW_PATH])
         except RegoError as exc:
             raise PolicyEngineError("invalid", format_errors(str(exc), sources)) from None
         if not self._bundle.ok():
@@ -99,10 +99,15 @@ class CompiledPolicy:
             raise PolicyEngineError("invalid", "data.execgate.decision is undefined")
         return value
 
-    def evaluate_raw(self, input: Any) -> Any:
+    def review(self, input: Any) -> Any:
+        """data.execgate.review, or None where the policy leaves it undefined."""
+        value = self.evaluate_raw(input, REVIEW_PATH)
+        return None if value is _UNDEFINED else value
+
+    def evaluate_raw(self, input: Any, path: str = DECISION_PATH) -> Any:
         self._set_input(input)
         try:
-            impl = rego_bundle_query_entrypoint(self._rego._impl, self._bundle._impl, DECISION_PATH)
+            impl = rego_bundle_query_entrypoint(self._rego._impl, self._bundle._impl, path)
         except RegoError as exc:
             raise PolicyEngineError("invalid", f"policy evaluation failed: {exc}") from None
         try:

@@ -34,7 +34,13 @@ from typing import Any
 
 import wasmtime
 
-from gateway.policy.base import DECISION_PATH, EngineAnswer, PolicyEngineError, json_kind
+from gateway.policy.base import (
+    DECISION_PATH,
+    REVIEW_PATH,
+    EngineAnswer,
+    PolicyEngineError,
+    json_kind,
+)
 from gateway.policy.compiler import build_wasm, find_opa_binary
 from gateway.policy.rego import PROBE_INPUT
 from gateway.policy.sources import PolicySources, load_sources
@@ -150,6 +156,7 @@ class WasmPolicy:
         if DECISION_PATH not in entrypoints:
             raise PolicyEngineError("invalid", "compiled policy has no execgate/decision")
         self._entrypoint = entrypoints[DECISION_PATH]
+        self.review_entrypoint: int | None = entrypoints.get(REVIEW_PATH)
         builtins = json.loads(self._dump_json(fn("builtins")(store)))
         missing = sorted(set(builtins) - set(HOST_BUILTINS))
         if missing:
@@ -208,8 +215,9 @@ class WasmPolicy:
 
     # --- evaluation ---------------------------------------------------------------
 
-    def evaluate(self, input: Any, deadline_ticks: int) -> Any:
-        """The decision value; PolicyEngineError on every failure (instance rebuilt)."""
+    def evaluate(self, input: Any, deadline_ticks: int, entrypoint: int | None = None) -> Any:
+        """The decision value (or another entrypoint's); PolicyEngineError on every
+        failure (instance rebuilt)."""
         try:
             text = json.dumps(input, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -231,7 +239,8 @@ class WasmPolicy:
             ctypes.memmove(self._address(addr), raw, len(raw))
             store.set_epoch_deadline(deadline_ticks)
             try:
-                out = self._eval(0, self._entrypoint, self._data_addr, addr, len(raw), heap, 0)
+                point = self._entrypoint if entrypoint is None else entrypoint
+                out = self._eval(0, point, self._data_addr, addr, len(raw), heap, 0)
             finally:
                 store.set_epoch_deadline(2**62)
             answer = self._cstring(out)
@@ -257,7 +266,8 @@ class WasmPolicy:
             self._recover()  # a big input grew memory: give it back
         results = json.loads(answer)
         if not results:
-            raise PolicyEngineError("invalid", "data.execgate.decision is undefined")
+            name = "decision" if entrypoint is None else "review"
+            raise PolicyEngineError("invalid", f"data.execgate.{name} is undefined")
         return results[0]["result"]
 
     def _recover(self) -> None:
@@ -370,6 +380,27 @@ class WasmEngine:
                 "invalid", f"data.execgate.decision is {json_kind(value)}, not an object"
             )
         return EngineAnswer(value, self._revision_of_policy)
+
+    async def review(self, input: dict[str, Any]) -> dict[str, Any] | None:
+        policy = self._usable()
+        if policy.review_entrypoint is None:
+            return None
+        try:
+            value = policy.evaluate(input, _TICKS_PER_DEADLINE + 1, policy.review_entrypoint)
+        except PolicyEngineError as exc:
+            if "undefined" in exc.message:
+                return None
+            raise
+        except _Interrupted:
+            self._interrupted += 1
+            raise PolicyEngineError(
+                "unavailable", f"no policy review within {self._timeout_ms} ms"
+            ) from None
+        if not isinstance(value, dict):
+            raise PolicyEngineError(
+                "invalid", f"data.execgate.review is {json_kind(value)}, not an object"
+            )
+        return value
 
     async def health(self) -> tuple[bool, str]:
         try:

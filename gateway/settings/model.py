@@ -127,6 +127,25 @@ class ApprovalsSettings(Section):
     expiry_check_s: float = Field(1.0, gt=0)
 
 
+class ReviewSettings(Section):
+    # After each execution that tried anything, the policy's second question,
+    # `data.execgate.review`, over its behaviour record; off: nothing is flagged.
+    enabled: bool = True
+    # Where flagged executions are POSTed (Standard Webhooks signed); empty: nowhere,
+    # reviewers read the audit log and the console.
+    webhook_url: str = ""
+    webhook_secret_file: str = ""
+    delivery_attempts: int = Field(6, ge=1, le=20)
+    delivery_timeout_s: float = Field(5.0, gt=0)
+    backoff_initial_s: float = Field(0.5, gt=0)
+    backoff_max_s: float = Field(60.0, gt=0)
+    # Deliveries waiting beyond this are dropped (and audited): a flood of flagged
+    # executions against a dead receiver costs bounded memory.
+    max_pending: int = Field(1000, ge=1)
+    # Base of the links in webhook payloads, e.g. "https://execgate.example.com".
+    public_url: str = ""
+
+
 class AuditSettings(Section):
     path: str = "var/audit.jsonl"
     # Extra wait to gather more records into one fsync. Records that arrive while an
@@ -241,6 +260,7 @@ class Settings(Section):
     backends: dict[str, Any] = {"default": "nsjail"}
     tenants: dict[str, TenantSettings] = Field(default_factory=_default_tenants)
     approvals: ApprovalsSettings = ApprovalsSettings()
+    review: ReviewSettings = ReviewSettings()
     audit: AuditSettings = AuditSettings()
     egress: EgressSettings = EgressSettings()
     ingress: IngressSettings = IngressSettings()
@@ -299,6 +319,7 @@ _SECTIONS = {
     "auth": AuthSettings,
     "policy": PolicySettings,
     "approvals": ApprovalsSettings,
+    "review": ReviewSettings,
     "audit": AuditSettings,
     "egress": EgressSettings,
     "ingress": IngressSettings,

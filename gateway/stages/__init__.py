@@ -10,6 +10,7 @@ from gateway.stages.auth import authenticate, authorize
 from gateway.stages.dispatch import dispatch
 from gateway.stages.policy import decide
 from gateway.stages.policy_input import build_input
+from gateway.stages.review import review
 from gateway.stages.validate import validate
 
 __all__ = [
@@ -23,5 +24,6 @@ __all__ = [
     "dispatch",
     "hold_for_approval",
     "redeem_approval",
+    "review",
     "validate",
 ]

@@ -14,7 +14,6 @@ from gateway.audit.log import AuditUnavailable
 from gateway.context import ExecContext
 from gateway.egress_credentials import credentials_for
 from gateway.errors import GatewayError
-from gateway.executions.results import render_result
 from gateway.services import Services
 
 
@@ -103,9 +102,9 @@ async def dispatch(ctx: ExecContext, svc: Services) -> None:
         stderr_bytes=len(result.stderr),
         files=[{"path": f.path, "size": f.size} for f in result.files],
         events=[{"kind": e.kind, "detail": e.detail} for e in result.events],
+        capture=result.behaviour.capture if result.behaviour is not None else "off",
     )
     await _record_attempts(ctx, svc, result)
-    svc.store.finished(ctx.execution_id, render_result(ctx))
 
 
 async def _record_attempts(ctx: ExecContext, svc: Services, result: ExecResult) -> None:

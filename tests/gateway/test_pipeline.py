@@ -6,6 +6,7 @@ ones are exercised end to end in tests/gateway/ingress/test_rest.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from backends.base import ExecResult, ExecSpec
+from backends.capture.record import BehaviourRecorder
 from backends.noop import NoopBackend
 from gateway.admission.gate import Admission
 from gateway.approvals.desk import ApprovalDesk
@@ -23,6 +26,7 @@ from gateway.auth.tokens import Principal
 from gateway.context import ExecContext
 from gateway.decoders import decode_json_body
 from gateway.errors import GatewayError
+from gateway.executions.results import render_result
 from gateway.executions.store import ExecutionStore
 from gateway.pipeline import STAGES, Pipeline
 from gateway.policy.base import EngineAnswer, PolicyEngineError
@@ -46,12 +50,18 @@ class FakeEngine:
     def __init__(self) -> None:
         self.answer: Any = ALLOW
         self.inputs: list[dict[str, Any]] = []
+        self.reviewed: list[dict[str, Any]] = []
+        self.review_answer: dict[str, Any] | None = {"flags": []}
 
     async def decide(self, input: dict[str, Any]) -> EngineAnswer:
         self.inputs.append(input)
         if isinstance(self.answer, Exception):
             raise self.answer
         return EngineAnswer(self.answer, self.revision)
+
+    async def review(self, input: dict[str, Any]) -> dict[str, Any] | None:
+        self.reviewed.append(input)
+        return self.review_answer
 
     async def health(self) -> tuple[bool, str]:
         return True, ""
@@ -111,6 +121,7 @@ def test_the_order_is_written_once() -> None:
         "hold_for_approval",
         "admit",
         "dispatch",
+        "review",
     ]
 
 
@@ -169,3 +180,73 @@ async def test_concurrency_slot_is_released_after_the_run(svc: Services) -> None
         await Pipeline(svc).run(context({"language": "python", "code": "1"}))
     usage = await svc.admission.usage("acme", svc.settings.tenant("acme"))
     assert usage["concurrent"] == 0
+
+
+class TriedThings(NoopBackend):
+    """A backend whose sandbox saw the code try a credential path and a mount."""
+
+    async def run(self, spec: ExecSpec) -> ExecResult:
+        result = await super().run(spec)
+        recorder = BehaviourRecorder("test")
+        recorder.file("open", "/etc/shadow", -13)
+        recorder.refused("mount")
+        return dataclasses.replace(result, behaviour=recorder.finish())
+
+
+async def test_behaviour_reviewed_flagged_and_recorded_before_the_answer(svc: Services) -> None:
+    svc.backends["noop"] = TriedThings()
+    engine = svc.engine
+    assert isinstance(engine, FakeEngine)
+    engine.review_answer = {
+        "flags": [
+            {"rule": "shell", "severity": "low", "detail": "sh"},
+            {"rule": "credential_path", "severity": "high", "detail": "open /etc/shadow"},
+            {"rule": "odd", "severity": "catastrophic"},  # unknown severity: medium
+            "not a flag",
+        ]
+    }
+    ctx = await Pipeline(svc).run(context({"language": "python", "code": "print(1)"}))
+    reviewed = engine.reviewed[0]
+    assert reviewed["version"] == "execgate.review/v1"
+    assert reviewed["behaviour"]["files"] == [
+        {"op": "open", "path": "/etc/shadow", "result": "EACCES", "count": 1}
+    ]
+    assert "code" not in reviewed["execution"] and "print(1)" not in json.dumps(reviewed)
+    assert SECRET_TOKEN not in json.dumps(reviewed)
+    rendered = render_result(ctx)["behaviour"]
+    assert [f["rule"] for f in rendered["flags"]] == ["credential_path", "odd", "shell"]
+    assert rendered["flags"][1]["severity"] == "medium"
+    assert "not an object" in rendered["review_error"]  # the bad entry is named, not hidden
+    assert rendered["syscalls_refused"] == {"mount": 1}
+    by_type = {r["type"]: r for r in records(svc)}
+    assert by_type["execution.behaviour"]["files"][0]["path"] == "/etc/shadow"
+    assert by_type["execution.review"]["flags"][0]["rule"] == "credential_path"
+    assert by_type["execution.finished"]["capture"] == "on"
+    stored = await svc.store.get(ctx.execution_id)
+    assert stored is not None
+    assert stored["result"]["behaviour"]["flags"] == rendered["flags"]
+
+
+async def test_a_review_the_engine_cannot_answer_is_recorded_not_fatal(svc: Services) -> None:
+    svc.backends["noop"] = TriedThings()
+    engine = svc.engine
+    assert isinstance(engine, FakeEngine)
+
+    async def down(input: dict[str, Any]) -> dict[str, Any] | None:
+        raise PolicyEngineError("unavailable", "engine down")
+
+    engine.review = down  # type: ignore[method-assign]
+    ctx = await Pipeline(svc).run(context({"language": "python", "code": "print(1)"}))
+    assert ctx.result is not None and ctx.result.status.value == "ok"
+    review = {r["type"]: r for r in records(svc)}["execution.review"]
+    assert review["error"] == "unavailable: engine down" and review["flags"] == []
+
+
+async def test_nothing_tried_nothing_asked(svc: Services) -> None:
+    ctx = await Pipeline(svc).run(context({"language": "python", "code": "print(1)"}))
+    engine = svc.engine
+    assert isinstance(engine, FakeEngine)
+    assert engine.reviewed == []
+    behaviour = render_result(ctx)["behaviour"]
+    assert behaviour["capture"] == "off" and "records no behaviour" in behaviour["reason"]
+    assert "execution.review" not in {r["type"] for r in records(svc)}

@@ -34,7 +34,7 @@ def test_a_baseline_leaves_out_the_runtimes_refusals() -> None:
     start = BehaviourRecorder(tracer="test")
     start.refused("clone3", 4)
     baseline = Baseline.learn(start.finish())
-    assert baseline.refused == {"clone3"}
+    assert baseline.syscalls == {"clone3"}
     recorder = BehaviourRecorder(tracer="test", baseline=baseline)
     recorder.refused("clone3")
     recorder.refused("mount")

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from backends.base import BackendError, Status
+from backends.capture.settings import CaptureSettings
 from backends.docker.gvisor import GvisorBackend
 from backends.docker.settings import GvisorSettings
 from tests.backends.conformance import FORK_BOMB, BackendConformance, fork_bomb_peak, lines, run
@@ -76,10 +77,12 @@ async def test_forged_frames_only_spoil_the_own_result(backend: GvisorBackend) -
 
 
 async def test_refuses_to_start_without_runsc() -> None:
-    # The same backend pointed at runc must notice it is not on gVisor.
+    # The same backend pointed at runc must notice it is not on gVisor (capture off:
+    # with it on, sandboxes would run on the capture runtime, gVisor's).
     settings = GvisorSettings(
-        runtime="runc", egress_runtime="runc", pids_limit_mode="cgroup", pool_size=0
-    )
+        runtime="runc", egress_runtime="runc", pids_limit_mode="cgroup", pool_size=0,
+        capture=CaptureSettings(enabled=False),
+    )  # fmt: skip
     backend = GvisorBackend(settings)
     try:
         with pytest.raises(BackendError, match="gVisor not in use"):

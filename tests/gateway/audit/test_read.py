@@ -117,3 +117,29 @@ async def test_tail_follow_sees_new_records_and_replacement(tmp_path: Path) -> N
         stop.set()
         await reader
     assert seen == [0, 1, 100, 101, 200]
+
+
+async def test_behaviour_and_review_filters(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl")
+    await log.start()
+    high = {"rule": "credential_path", "severity": "high", "detail": "open /etc/shadow"}
+    low = {"rule": "shell_spawned", "severity": "low", "detail": "sh"}
+    await log.append("execution.review", execution_id="exe_a", flags=[high])
+    await log.append("execution.review", execution_id="exe_b", flags=[low])
+    await log.append("execution.review", execution_id="exe_c", flags=[])
+    await log.append("execution.behaviour", execution_id="exe_a", files=[{"path": "/x"}],
+                     programs=[], signals=[], syscalls_refused={})  # fmt: skip
+    await log.append("execution.behaviour", execution_id="exe_b", files=[], programs=[],
+                     signals=[], syscalls_refused={"mount": 1})  # fmt: skip
+    await log.close()
+    path = tmp_path / "audit.jsonl"
+
+    async def ids(**filters: object) -> list[str]:
+        return [r["execution_id"] for r in await query(path, **filters)]  # type: ignore[arg-type]
+
+    assert await ids(flagged=True) == ["exe_a", "exe_b"]
+    assert await ids(severity="high") == ["exe_a"]
+    assert await ids(flagged=True, severity="low") == ["exe_b"]
+    assert await ids(attempt="files") == ["exe_a"]
+    assert await ids(attempt="syscalls_refused") == ["exe_b"]
+    assert await ids(attempt="signals") == []

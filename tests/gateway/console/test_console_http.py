@@ -279,3 +279,66 @@ async def test_approvers_see_every_input_file_and_stdin_escaped(
         assert path in page and hashlib.sha256(content).hexdigest() in page, path
         assert f"{len(content)} bytes" in page, path
     assert "x = 1\nx = 1" not in page  # the big file by its hash only
+
+
+async def _tried(gateway: TestClient, execution_id: str, tenant: str = "acme") -> None:
+    audit = gateway.server.app[SERVICES].audit
+    await audit.append(
+        "execution.behaviour", execution_id=execution_id, tenant=tenant, capture="on",
+        files=[
+            {"op": "create", "path": "/workspace/ok.txt", "result": "ok", "count": 1},
+            {"op": "open", "path": "/etc/<b>shadow</b>", "result": "EACCES", "count": 3},
+        ],
+        programs=[{"path": "/bin/sh", "argv": ["sh", "-c", "<img src=x>"], "result": "ok",
+                   "count": 1}],
+        signals=[], syscalls_refused={"mount": 2}, dropped=0,
+    )  # fmt: skip
+    await audit.append(
+        "execution.review", execution_id=execution_id, tenant=tenant,
+        flags=[{"rule": "credential_path", "severity": "high", "detail": "open /etc/<b>shadow"}],
+    )  # fmt: skip
+    await audit.append(
+        "network.attempt", execution_id=execution_id, tenant=tenant, kind="connect",
+        host="10.0.0.1", port=80, verdict="blocked", rule="internal_address",
+    )  # fmt: skip
+
+
+async def test_the_story_shows_what_the_code_tried_flagged_first_and_escaped(
+    gateway: TestClient, token: Callable[..., str]
+) -> None:
+    held = await hold(gateway, token)
+    await _tried(gateway, held["execution_id"])
+    await sign_in(gateway, token(sub="bob", scopes="audit:read"))
+    page = await (await gateway.get(f"/console/executions/{held['execution_id']}")).text()
+    assert "What the code tried" in page
+    assert "<b>shadow" not in page and "<img src=x" not in page
+    assert "&lt;b&gt;shadow" in page
+    assert page.index("Flagged by the review") < page.index("<h3>Files")
+    # Failed attempts before the ones that succeeded.
+    assert page.index("/etc/&lt;b&gt;shadow") < page.index("/workspace/ok.txt")
+    assert "Refused system calls" in page and "mount" in page
+    assert "10.0.0.1:80" in page
+
+
+async def test_patterns_count_by_kind_tenant_and_place(
+    gateway: TestClient, token: Callable[..., str]
+) -> None:
+    mine, theirs = await hold(gateway, token), await hold(gateway, token)
+    await _tried(gateway, mine["execution_id"])
+    await _tried(gateway, theirs["execution_id"], tenant="globex")
+    await sign_in(gateway, token(sub="bob", scopes="audit:read"))
+    page = await (await gateway.get("/console/patterns")).text()
+    assert "Attempts per hour" in page and "globex" not in page
+    assert "/etc/&lt;b&gt;shadow" in page and "<b>shadow" not in page
+    assert "credential_path (high)" in page and "10.0.0.1:80" in page
+    # files 4 (3 + 1), programs 1, syscalls 2, network 1, flags 1: total 9 for acme.
+    assert (
+        "<td>acme</td><td>4</td><td>1</td><td>0</td><td>2</td><td>1</td><td>1</td><td>9</td>"
+        in page
+    )
+    daily = await gateway.get("/console/patterns?per=day")
+    assert daily.status == 200 and "Attempts per day" in await daily.text()
+    assert (await gateway.get("/console/patterns?per=week")).status == 400
+    await sign_in(gateway, token(sub="root", scopes="audit:read:all"))
+    everyone = await (await gateway.get("/console/patterns")).text()
+    assert "globex" in everyone and "acme" in everyone

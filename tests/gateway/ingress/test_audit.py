@@ -78,3 +78,19 @@ async def test_audit_newest_first_pages_back_with_before(
     for bad in ("order=up", "before=3", "order=desc&before=x"):
         resp = await client.get(f"/v1/audit?{bad}", headers=reader)
         assert resp.status == 400, bad
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("flagged=yes", "flagged"), ("severity=urgent", "severity"), ("attempt=dns", "attempt")],
+)
+async def test_behaviour_filters_are_checked(
+    client: TestClient, token: Callable[..., str], query: str, field: str
+) -> None:
+    bad = await client.get(f"/v1/audit?{query}", headers=auth(token(scopes="audit:read")))
+    assert bad.status == 400 and (await bad.json())["error"]["fields"][0]["field"] == field
+    good = await client.get(
+        "/v1/audit?flagged=true&severity=high&attempt=files",
+        headers=auth(token(scopes="audit:read")),
+    )
+    assert good.status == 200 and (await good.json())["records"] == []

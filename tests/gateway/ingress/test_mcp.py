@@ -127,6 +127,10 @@ async def test_sdk_lists_and_calls_code_and_upstream_tools(
         assert not ran.is_error
         assert ran.structured_content["stdout"] == "42\n"
         assert json.loads(ran.content[0].text)["exit_code"] == 0
+        # What the code tried, as in every ingress (validated against outputSchema by the SDK).
+        assert ran.structured_content["network"] == []
+        assert ran.structured_content["behaviour"]["capture"] in ("on", "off")
+        assert ran.structured_content["behaviour"]["flags"] == []
 
         # Code policy holds for a person: an error that names the approval and the wait.
         held = await mcp.call_tool("run_python", {"code": "import ctypes"})

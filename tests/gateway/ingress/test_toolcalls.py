@@ -144,7 +144,9 @@ async def test_anthropic_tool_use_denial_and_hold(
     for block in results.values():
         adapter.validate_python(block)
     assert results["tu_ok"]["is_error"] is False
-    assert json.loads(results["tu_ok"]["content"])["stdout"] == "ok\n"
+    ok = json.loads(results["tu_ok"]["content"])
+    assert ok["stdout"] == "ok\n"
+    assert ok["network"] == [] and ok["behaviour"]["flags"] == []  # as in every ingress
     held = json.loads(results["tu_native"]["content"])
     assert held["status"] == "pending_approval" and held["approval_id"].startswith("apr_")
     assert "GET /v1/executions/" in held["message"]

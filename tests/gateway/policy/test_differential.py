@@ -32,6 +32,7 @@ from gateway.policy.base import PolicyEngine, PolicyEngineError
 from gateway.policy.embedded import EmbeddedEngine
 from gateway.policy.opa import OpaEngine
 from gateway.policy.wasm import WasmEngine
+from gateway.review.document import parse_flags
 from tests.policies.inputs import base_input
 from tests.policies.opa_server import POLICIES, OpaServer, find_opa
 
@@ -296,3 +297,87 @@ def test_engines_agree(engines: Engines, capsys: pytest.CaptureFixture[str]) -> 
         ))  # fmt: skip
     for kind in ("allow", "hold", "deny"):
         assert mix[kind] >= FLOOR * total, mix
+
+
+# --- the second question: data.execgate.review over a behaviour record -------------
+
+_paths = st.one_of(
+    st.sampled_from([
+        "/etc/shadow", "/root/.ssh/id_rsa", "/proc/1/environ", "/proc/self/environ",
+        "/home/a/.aws/credentials", "/workspace/out.txt", "missing.csv", "/etc/hosts",
+        "/var/run/secrets/kubernetes.io/serviceaccount/token", "/dev/mem",
+    ]),
+    texts,
+)  # fmt: skip
+_results = st.sampled_from(["ok", "ENOENT", "EACCES", "EPERM", "EROFS"])
+_files = st.fixed_dictionaries({
+    "op": st.sampled_from(["open", "read", "create", "write", "rename", "unlink", "mkdir"]),
+    "path": _paths, "result": _results, "count": st.integers(1, 5),
+})  # fmt: skip
+_programs = st.fixed_dictionaries({
+    "path": st.sampled_from(["/bin/sh", "/usr/bin/bash", "/usr/bin/id", "/nope"]) | texts,
+    "argv": st.lists(texts, max_size=3), "result": _results, "count": st.integers(1, 3),
+})  # fmt: skip
+_signals = st.fixed_dictionaries({
+    "syscall": st.sampled_from(["kill", "tgkill", "ptrace", "process_vm_readv"]),
+    "target": st.integers(0, 40), "signal": st.integers(0, 31), "result": _results,
+    "count": st.integers(1, 3),
+})  # fmt: skip
+_network = st.fixed_dictionaries({
+    "kind": st.sampled_from(["connect", "dns"]), "host": texts, "port": st.integers(0, 65535),
+    "verdict": st.sampled_from(["allowed", "blocked"]), "rule": texts, "detail": texts,
+})  # fmt: skip
+
+
+@st.composite
+def review_inputs(draw: st.DrawFn) -> dict[str, Any]:
+    syscalls = st.sampled_from(["mount", "ptrace", "getrandom", "bpf", "unshare", "open"])
+    return {
+        "version": "execgate.review/v1",
+        "execution": {"id": "exe_x", "language": draw(st.sampled_from(["python", "bash"])),
+                      "backend": "nsjail", "status": "ok", "exit_code": 0},
+        "subject": {"sub": "agent", "tenant": "acme"},
+        "behaviour": {
+            "capture": "on",
+            "files": draw(st.lists(_files, max_size=4)),
+            "programs": draw(st.lists(_programs, max_size=2)),
+            "signals": draw(st.lists(_signals, max_size=2)),
+            "syscalls_refused": draw(st.dictionaries(syscalls, st.integers(1, 9), max_size=3)),
+            "dropped": draw(st.integers(0, 3)),
+        },
+        "network": draw(st.lists(_network, max_size=2)),
+    }  # fmt: skip
+
+
+def test_engines_agree_on_review(engines: Engines) -> None:
+    async def each(doc: dict[str, Any]) -> list[Any]:
+        async def one(engine: PolicyEngine) -> Any:
+            try:
+                answer = await engine.review(doc)
+            except PolicyEngineError as exc:
+                return f"error ({exc.kind})"
+            # In the gateway's order (rego-cpp sorts strings by their escaped text).
+            flags, problem = parse_flags(answer)
+            return {"flags": [f.as_dict() for f in flags], "problem": problem}
+
+        return list(
+            await asyncio.gather(*(one(e) for e in (engines.wasm, engines.rego_cpp, engines.opa)))
+        )
+
+    flagged = 0
+
+    @settings(max_examples=max(200, EXAMPLES // 3), deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+    @given(doc=review_inputs())
+    def agree(doc: dict[str, Any]) -> None:
+        nonlocal flagged
+        wasm, rego_cpp, opa = engines.loop.run_until_complete(each(doc))
+        shown = json.dumps(doc, ensure_ascii=False)
+        assert isinstance(opa, dict), f"OPA gave no review ({opa}) for:\n{shown}"
+        assert wasm == opa, "embedded (OPA Wasm) and OPA review differently:\n" + shown
+        assert rego_cpp == opa, "rego-cpp and OPA review differently:\n" + shown
+        assert opa["problem"] == ""
+        flagged += bool(opa["flags"])
+
+    agree()
+    assert flagged > 0  # the inputs reached the rules

@@ -16,6 +16,7 @@ from gateway.policy.base import EngineAnswer, PolicyEngine, PolicyEngineError
 from gateway.policy.embedded import EmbeddedEngine
 from gateway.policy.opa import OpaEngine
 from gateway.policy.sources import load_sources
+from tests.gateway.policy.conftest import embedded_engine
 from tests.policies.inputs import base_input, corpus, patched
 from tests.policies.opa_server import POLICIES
 
@@ -224,3 +225,49 @@ async def test_closed_engine_is_unavailable(engine: PolicyEngine) -> None:
         await engine.decide(base_input())
     assert info.value.kind == "unavailable"
     assert (await engine.health())[0] is False
+
+
+def _review_doc(**behaviour: Any) -> dict[str, Any]:
+    record = {"capture": "on", "files": [], "programs": [], "signals": [],
+              "syscalls_refused": {}, "dropped": 0, **behaviour}  # fmt: skip
+    return {
+        "version": "execgate.review/v1",
+        "execution": {
+            "id": "exe_1",
+            "language": "python",
+            "backend": "nsjail",
+            "status": "ok",
+            "exit_code": 0,
+        },
+        "subject": {"sub": "agent", "tenant": "acme"},
+        "behaviour": record,
+        "network": [],
+    }
+
+
+async def test_review_flags_what_the_shipped_rules_name(engine: PolicyEngine) -> None:
+    shadow = {"op": "open", "path": "/etc/shadow", "result": "EACCES", "count": 1}
+    answer = await engine.review(_review_doc(files=[shadow], syscalls_refused={"mount": 1}))
+    assert answer is not None
+    assert sorted(f["rule"] for f in answer["flags"]) == ["credential_path", "privileged_syscall"]
+    assert await engine.review(_review_doc()) == {"flags": []}
+
+
+async def test_a_policy_without_review_answers_none(tmp_path: Any, own_opa: Any) -> None:
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (policy / "p.rego").write_text(
+        'package execgate\n\nimport rego.v1\n\ndecision := {"allow": true}\n', encoding="utf-8"
+    )
+    server = own_opa(policy)
+    for built in (
+        embedded_engine("embedded", policy),
+        embedded_engine("rego-cpp", policy),
+        OpaEngine(server.url, timeout_ms=5000),
+    ):
+        await built.start()
+        try:
+            assert (await built.decide(base_input())).value == {"allow": True}
+            assert await built.review(_review_doc()) is None
+        finally:
+            await built.close()

@@ -1,0 +1,49 @@
+"""Pieces of `execgate bench` on a real gateway (no-op backend): shape, not speed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gateway.bench.measure import percentiles
+from gateway.bench.ratios import evaluate
+from gateway.bench.run import Gateway, bench_settings, gateway_print, render_table
+from tests.gateway.bench.test_ratios import full_results
+
+
+async def test_gateway_print_measures_through_a_real_gateway(tmp_path: Path) -> None:
+    figure = await gateway_print(tmp_path / "a", "noop", runs=3)
+    assert figure["n"] == 3 and figure["p50_ms"] > 0
+
+
+async def test_gateway_print_takes_a_settings_override_and_says_why_it_could_not_measure(
+    tmp_path: Path,
+) -> None:
+    # The hook for "the same figure with one setting changed": a bad value is refused
+    # by the settings loader, reported as skipped with the field, nothing raised.
+    figure = await gateway_print(tmp_path / "b", "noop", 3, EXECGATE_POLICY_TIMEOUT_MS="soon")
+    assert set(figure) == {"skipped"} and "timeout_ms" in figure["skipped"]
+
+
+async def test_healthz_is_measured_on_the_same_gateway(tmp_path: Path) -> None:
+    async with Gateway(bench_settings(tmp_path, "noop")) as gw:
+        await gw.healthz()
+        await gw.execute()
+
+
+def test_the_table_prints_the_ratios_block_and_skipped_rows() -> None:
+    results = full_results()
+    for key in ("egress_boundary", "nsjail_backend", "gateway_noop_opa"):
+        results[key] = percentiles([0.01, 0.02])
+    results["gateway_gvisor"] = {"skipped": "BackendError: no runsc here"}
+    results["gateway_nsjail_streamed_throughput"] = [results["gateway_nsjail_throughput"][1]]
+    results["gateway_noop_throughput"] = results["gateway_nsjail_throughput"]
+    results["ratios"] = {
+        "nsjail_vs_bare_p50": 1.2, "gateway_vs_nsjail_p50": 1.1, "gateway_overhead_p50_ms": 2.0,
+    }  # fmt: skip
+    results["docker"] = {"skipped": "no docker CLI on PATH"}
+    results["goals"] = evaluate(results)
+    text = render_table(results)
+    assert "ratios (issue 18" in text
+    assert "gateway_gvisor" in text and "no runsc here" in text
+    assert "bare_python_throughput" in text
+    assert text.count("not measured") >= 3  # gVisor through the gateway, both docker rows
