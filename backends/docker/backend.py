@@ -166,17 +166,13 @@ class DockerBackend(SandboxBackend):
             if self.host_capture:
                 await self.host_trace.start()
             await self._probe()
+            await self._learn_host_baselines()
         except BackendError:
             await self.close()
             raise
         self._reaper = asyncio.ensure_future(self._reap_periodically())
         self._maintainer = asyncio.ensure_future(self.pool.maintain())
         self.pool.replenish()
-        try:
-            await self._learn_host_baselines()
-        except BackendError:
-            await self.close()
-            raise
 
     async def health(self) -> Health:
         try:
@@ -253,6 +249,13 @@ class DockerBackend(SandboxBackend):
             self.pool.replenish()  # in place of the dead and the failed
             raise
         self.pool.replenish()  # its replacement starts while it runs
+        return await self._run_in(container, spec, failed)
+
+    async def _run_in(
+        self, container: Container, spec: ExecSpec, failed: tuple[SandboxEvent, ...]
+    ) -> ExecResult:
+        """Run `spec` in a container acquired for it; it is removed afterwards."""
+        factory = self._require_factory()
         self._live[container.name] = container
         ended = False  # the program is known to be over (its removal can wait its turn)
         capture: Capture | str | None = None
@@ -386,20 +389,33 @@ class DockerBackend(SandboxBackend):
 
     async def _learn_host_baselines(self) -> None:
         """With host capture on: a do-nothing program per language through the real
-        path (the default shape, the pool's); what it did is the runtime's own
-        start-up, left out of records. Its container is gone before start() returns."""
+        path, in containers of their own (the pool neither serves nor follows them);
+        what it did is the runtime's own start-up, left out of records. They are gone
+        before start() returns."""
         if not self.host_capture or not self.host_trace.status()[0]:
             return
+        factory = self._require_factory()
+        s = self.settings
         for language in sorted(self._languages):
             spec = ExecSpec(
                 execution_id=f"baseline-{language}",
                 language=language,
                 code=DO_NOTHING.get(language, ""),
-                limits=Limits(),
+                limits=self.clamp(Limits(timeout_s=30, memory_mb=128, pids=16, disk_mb=1)),
             )
 
             async def once(spec: ExecSpec = spec) -> Behaviour | None:
-                result = await self.run(spec)
+                shape = Shape.of(spec.limits)
+                source = Source(
+                    take=lambda: None,
+                    dead=factory.dead,
+                    make=lambda: factory.make(shape, spec.execution_id),
+                    discard=self.pool.disposer.put,
+                )
+                container, failed = await acquire(
+                    source, s.start_attempts, s.start_deadline_s, self.start_failures
+                )
+                result = await self._run_in(container, spec, failed)
                 if result.status != Status.OK:
                     detail = result.stderr.decode(errors="replace")[-300:]
                     raise BackendError(
