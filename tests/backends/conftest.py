@@ -15,6 +15,7 @@ import pytest
 import pytest_asyncio
 
 from backends.base import BackendError
+from backends.capture.settings import CaptureSettings
 from backends.docker.backend import DockerBackend
 from backends.nsjail.backend import NsjailBackend
 from backends.nsjail.settings import NsjailSettings
@@ -41,7 +42,27 @@ def nsjail_settings(sandbox_state_dir: Path) -> NsjailSettings:
     # A uid of this test process's own, so host-side "no process left with the
     # sandbox uid" checks cannot see another run's sandboxes.
     uid = 170000 + os.getpid() % 20000
-    return NsjailSettings(state_dir=str(sandbox_state_dir), sandbox_uid=uid, sandbox_gid=uid)
+    # Capture off: the host tracer takes seconds of CPU to attach, and only the
+    # behaviour tests need it (they start their own backend with it, once per module).
+    return NsjailSettings(
+        state_dir=str(sandbox_state_dir), sandbox_uid=uid, sandbox_gid=uid,
+        capture=CaptureSettings(enabled=False),
+    )  # fmt: skip
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def captured_nsjail_backend() -> AsyncIterator[NsjailBackend]:
+    """An nsjail backend with behaviour capture on, shared by a module's tests."""
+    require_root()
+    state = Path(tempfile.mkdtemp(prefix="execgate-nsjail-capture-", dir="/tmp"))
+    uid = 170000 + os.getpid() % 20000
+    backend = NsjailBackend(NsjailSettings(state_dir=str(state), sandbox_uid=uid, sandbox_gid=uid))
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.close()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture

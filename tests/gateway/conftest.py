@@ -25,6 +25,13 @@ def require_root() -> None:
         missing_component("the nsjail backend needs root (cgroups, tmpfs, uid maps)")
 
 
+CAPTURE_OFF = {
+    f"EXECGATE_BACKENDS_{name}_CAPTURE": '{"enabled": false}'
+    for name in ("NSJAIL", "DOCKER", "DOCKER_GVISOR")
+}
+CAPTURE_ON = {key: '{"enabled": true}' for key in CAPTURE_OFF}
+
+
 def make_settings(root: Path, **env: str) -> Settings:
     # Sandbox state must not live under pytest's tmp_path: its parents are 0700 and
     # the sandbox uid has to traverse to its bind-mount sources.
@@ -43,6 +50,9 @@ def make_settings(root: Path, **env: str) -> Settings:
         "EXECGATE_TENANTS_ACME_RATE_PER_S": "1000",
         "EXECGATE_TENANTS_ACME_BURST": "1000",
         "EXECGATE_TENANTS_ACME_MAX_CONCURRENT": "8",
+        # Behaviour capture off unless a test asks for it (`CAPTURE_ON`): the host
+        # tracer takes seconds of CPU to attach, once per backend start.
+        **CAPTURE_OFF,
     }
     return load_settings(None, env={**base, **env})
 

@@ -17,7 +17,14 @@ from backends.base import BackendError, Status
 from backends.capture.settings import CaptureSettings
 from backends.docker.backend import DockerBackend
 from backends.docker.settings import DockerSettings
-from tests.backends.conformance import FORK_BOMB, BackendConformance, fork_bomb_peak, lines, run
+from tests.backends.conformance import (
+    FORK_BOMB,
+    BackendConformance,
+    BehaviourConformance,
+    fork_bomb_peak,
+    lines,
+    run,
+)
 from tests.backends.conftest import assert_docker_host_clean, module_docker_backend
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -32,6 +39,10 @@ def residue_check(backend: DockerBackend) -> Callable[[], Awaitable[None]]:
 
 
 class TestDockerConformance(BackendConformance):
+    pass
+
+
+class TestDockerBehaviour(BehaviourConformance):
     pass
 
 

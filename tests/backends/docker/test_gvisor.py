@@ -14,7 +14,14 @@ from backends.base import BackendError, Status
 from backends.capture.settings import CaptureSettings
 from backends.docker.gvisor import GvisorBackend
 from backends.docker.settings import GvisorSettings
-from tests.backends.conformance import FORK_BOMB, BackendConformance, fork_bomb_peak, lines, run
+from tests.backends.conformance import (
+    FORK_BOMB,
+    BackendConformance,
+    BehaviourConformance,
+    fork_bomb_peak,
+    lines,
+    run,
+)
 from tests.backends.conftest import assert_docker_host_clean, module_docker_backend
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -29,6 +36,10 @@ def residue_check(backend: GvisorBackend) -> Callable[[], Awaitable[None]]:
 
 
 class TestGvisorConformance(BackendConformance):
+    pass
+
+
+class TestGvisorBehaviour(BehaviourConformance):
     pass
 
 

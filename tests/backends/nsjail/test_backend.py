@@ -21,7 +21,14 @@ from backends.cgroups import CgroupLimits
 from backends.nsjail.backend import NsjailBackend
 from backends.nsjail.settings import NsjailSettings
 from backends.runtimes import RuntimeSettings
-from tests.backends.conformance import FORK_BOMB, BackendConformance, fork_bomb_peak, lines, run
+from tests.backends.conformance import (
+    FORK_BOMB,
+    BackendConformance,
+    BehaviourConformance,
+    fork_bomb_peak,
+    lines,
+    run,
+)
 from tests.backends.conftest import (
     assert_nsjail_host_clean,
     ids_of_processes_named,
@@ -44,6 +51,13 @@ def residue_check(nsjail_backend: NsjailBackend) -> Callable[[], Awaitable[None]
 
 class TestNsjailConformance(BackendConformance):
     pass
+
+
+@pytest.mark.asyncio(loop_scope="module")
+class TestNsjailBehaviour(BehaviourConformance):
+    @pytest.fixture
+    def backend(self, captured_nsjail_backend: NsjailBackend) -> NsjailBackend:
+        return captured_nsjail_backend
 
 
 # --- hostile programs --------------------------------------------------------------
