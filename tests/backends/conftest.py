@@ -36,6 +36,11 @@ def sandbox_state_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+# Behaviour capture off, for backends whose tests are not about it: the host tracer
+# takes ~11 s of CPU to attach at every backend start.
+NO_CAPTURE = CaptureSettings(enabled=False)
+
+
 @pytest.fixture
 def nsjail_settings(sandbox_state_dir: Path) -> NsjailSettings:
     require_root()
@@ -46,7 +51,7 @@ def nsjail_settings(sandbox_state_dir: Path) -> NsjailSettings:
     # behaviour tests need it (they start their own backend with it, once per module).
     return NsjailSettings(
         state_dir=str(sandbox_state_dir), sandbox_uid=uid, sandbox_gid=uid,
-        capture=CaptureSettings(enabled=False),
+        capture=NO_CAPTURE,
     )  # fmt: skip
 
 

@@ -23,7 +23,7 @@ from backends.docker.config import Shape
 from backends.docker.image import RECIPE, default_image
 from backends.docker.settings import DockerSettings
 from tests.backends.conformance import lines, run
-from tests.backends.conftest import assert_docker_host_clean, start_docker_backend
+from tests.backends.conftest import NO_CAPTURE, assert_docker_host_clean, start_docker_backend
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,9 @@ DOCKER_SOCKET = "/var/run/docker.sock"
 
 @contextlib.asynccontextmanager
 async def started(**settings: object) -> AsyncIterator[DockerBackend]:
-    backend = await start_docker_backend(DockerBackend(DockerSettings(**settings)))  # type: ignore[arg-type]
+    backend = await start_docker_backend(
+        DockerBackend(DockerSettings(capture=NO_CAPTURE, **settings))
+    )  # type: ignore[arg-type]
     try:
         yield backend
     finally:
@@ -129,7 +131,9 @@ async def test_without_a_pool_containers_are_made_on_demand() -> None:
 
 
 async def test_close_kills_running_executions() -> None:
-    backend = await start_docker_backend(DockerBackend(DockerSettings(pool_size=1)))
+    backend = await start_docker_backend(
+        DockerBackend(DockerSettings(pool_size=1, capture=NO_CAPTURE))
+    )
     task = asyncio.ensure_future(run(backend, "bash", "sleep 30", timeout_s=30))
     # Running, not still being made (making one may take a while on a busy host).
     for _ in range(600):
@@ -199,7 +203,9 @@ async def test_default_image_is_the_recipes() -> None:
 
 
 async def test_start_refuses_a_missing_image() -> None:
-    backend = DockerBackend(DockerSettings(image="execgate-sandbox:no-such-tag", pool_size=0))
+    backend = DockerBackend(
+        DockerSettings(image="execgate-sandbox:no-such-tag", pool_size=0, capture=NO_CAPTURE)
+    )
     try:
         with pytest.raises(BackendError, match="make images"):
             await backend.start()
@@ -216,7 +222,7 @@ from backends.docker.backend import DockerBackend
 from backends.docker.settings import DockerSettings
 
 async def main():
-    backend = DockerBackend(DockerSettings(pool_size=1))
+    backend = DockerBackend(DockerSettings(pool_size=1, capture=NO_CAPTURE))
     await backend.start()
     task = asyncio.ensure_future(backend.run(
         ExecSpec("exe_crash", "bash", "sleep 60", Limits(timeout_s=3))))
@@ -230,7 +236,7 @@ asyncio.run(main())
 
 
 async def test_a_gateway_killed_mid_execution_leaves_nothing_after_restart() -> None:
-    probe = DockerBackend(DockerSettings(pool_size=0))
+    probe = DockerBackend(DockerSettings(pool_size=0, capture=NO_CAPTURE))
     await start_docker_backend(probe)
     await probe.close()
     owner = await asyncio.create_subprocess_exec(
@@ -323,7 +329,9 @@ async def test_an_engine_that_goes_away_fails_closed_and_recovers() -> None:
 async def test_the_gateway_runs_code_in_docker_and_reports_it_ready(tmp_path: Path) -> None:
     from gateway.bench.run import Gateway, bench_settings
 
-    probe = await start_docker_backend(DockerBackend(DockerSettings(pool_size=0)))  # or skip
+    probe = await start_docker_backend(
+        DockerBackend(DockerSettings(pool_size=0, capture=NO_CAPTURE))
+    )  # or skip
     await probe.close()
     env = {"EXECGATE_BACKENDS_DOCKER_POOL_SIZE": "1"}
     async with Gateway(bench_settings(tmp_path, "docker", **env)) as gw:

@@ -22,7 +22,12 @@ from backends.docker.gvisor import GvisorBackend
 from backends.docker.sandbox import Container
 from backends.docker.settings import DockerSettings, GvisorSettings
 from tests.backends.conformance import run
-from tests.backends.conftest import assert_docker_host_clean, start_docker_backend, until
+from tests.backends.conftest import (
+    NO_CAPTURE,
+    assert_docker_host_clean,
+    start_docker_backend,
+    until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -145,7 +150,7 @@ async def test_nothing_is_retried_once_the_program_was_handed_over(name: str) ->
 
 
 async def test_a_refused_probe_start_does_not_stop_start_up() -> None:
-    backend = flaky(DockerBackend)(DockerSettings(pool_size=0))
+    backend = flaky(DockerBackend)(DockerSettings(pool_size=0, capture=NO_CAPTURE))
     engine_of(backend).refuse = 1  # the very first start: the probe's
     seen: list[object] = []
     backend.start_failures.observer = seen.append

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from backends.nsjail.settings import NsjailSettings
-from tests.backends.conftest import require_root
+from tests.backends.conftest import NO_CAPTURE, require_root
 
 
 @pytest.fixture
@@ -27,4 +27,7 @@ def escape_nsjail_settings(escape_state_dir: Path) -> NsjailSettings:
     require_root()
     # A uid of this test process's own: the residue check sees only our sandboxes.
     uid = 150000 + os.getpid() % 9000
-    return NsjailSettings(state_dir=str(escape_state_dir), sandbox_uid=uid, sandbox_gid=uid)
+    # Capture off for the weakened backends; the full runs (test_runner.py) turn it on.
+    return NsjailSettings(
+        state_dir=str(escape_state_dir), sandbox_uid=uid, sandbox_gid=uid, capture=NO_CAPTURE
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from backends.capture.settings import CaptureSettings
 from backends.docker.backend import DockerBackend
 from backends.docker.gvisor import GvisorBackend
 from backends.docker.settings import DockerSettings, GvisorSettings
@@ -35,7 +36,10 @@ def assert_nothing_escaped(result: SuiteResult, capsys: pytest.CaptureFixture[st
 async def test_nsjail_contains_every_technique(
     escape_nsjail_settings: NsjailSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    backend = NsjailBackend(escape_nsjail_settings)
+    # Capture on: the report counts the techniques each backend recorded.
+    backend = NsjailBackend(
+        escape_nsjail_settings.model_copy(update={"capture": CaptureSettings()})
+    )
     await backend.start()
     try:
         result = await run_suite(backend)

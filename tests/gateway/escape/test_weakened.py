@@ -30,7 +30,7 @@ from gateway.escape.report import row
 from gateway.escape.residue import leftovers
 from gateway.escape.runner import SuiteResult, run_suite
 from gateway.escape.technique import CATEGORIES, Outcome
-from tests.backends.conftest import start_docker_backend
+from tests.backends.conftest import NO_CAPTURE, start_docker_backend
 from tests.gateway.escape.weakened import WeakEngine, WeakNsjail, weaken
 from tests.waiting import until
 
@@ -160,9 +160,9 @@ async def test_the_host_canaries_see_what_they_watch(canary_dir: Path) -> None:
 @pytest.mark.parametrize(
     "backend_class, settings, ids",
     [
-        (DockerBackend, DockerSettings(pool_size=0),
+        (DockerBackend, DockerSettings(pool_size=0, capture=NO_CAPTURE),
          [*COMMON, *NETWORK, "posture.namespaces", "kernel.kmsg", "kernel.masked_proc"]),
-        (GvisorBackend, GvisorSettings(pool_size=0), COMMON),
+        (GvisorBackend, GvisorSettings(pool_size=0, capture=NO_CAPTURE), COMMON),
     ],
     ids=["docker", "docker-gvisor"],
 )  # fmt: skip
