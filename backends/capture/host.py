@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import json
 import logging
@@ -286,6 +287,22 @@ def prerequisites(settings: CaptureSettings) -> tuple[str, int]:
     return tracer, pid_level()
 
 
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _dies_with(parent: int) -> Callable[[], None]:
+    """For the tracer's child: detach (SIGINT) when the gateway dies, even by SIGKILL,
+    so no tracer outlives the gateway that reads it."""
+
+    def child() -> None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+        if os.getppid() != parent:  # the gateway died before prctl took effect
+            os._exit(1)
+
+    return child
+
+
 class HostTracer:
     """The bpftrace process and its reader."""
 
@@ -321,6 +338,7 @@ class HostTracer:
                 tracer, "-q", "-f", "json", "-B", "line", "-e", script,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
+                preexec_fn=_dies_with(os.getpid()),
             )  # fmt: skip
         except OSError as exc:
             raise CaptureUnavailable(f"cannot start {tracer}: {exc}") from exc

@@ -222,7 +222,7 @@ from backends.docker.backend import DockerBackend
 from backends.docker.settings import DockerSettings
 
 async def main():
-    backend = DockerBackend(DockerSettings(pool_size=1, capture=NO_CAPTURE))
+    backend = DockerBackend(DockerSettings(pool_size=1, capture={"enabled": False}))
     await backend.start()
     task = asyncio.ensure_future(backend.run(
         ExecSpec("exe_crash", "bash", "sleep 60", Limits(timeout_s=3))))
