@@ -60,7 +60,9 @@ async def captured_nsjail_backend() -> AsyncIterator[NsjailBackend]:
     """An nsjail backend with behaviour capture on, shared by a module's tests."""
     require_root()
     state = Path(tempfile.mkdtemp(prefix="execgate-nsjail-capture-", dir="/tmp"))
-    uid = 170000 + os.getpid() % 20000
+    # Not nsjail_settings' uid: the module's host-clean checks must not see this
+    # backend's waiting sandboxes.
+    uid = 190000 + os.getpid() % 9000
     backend = NsjailBackend(NsjailSettings(state_dir=str(state), sandbox_uid=uid, sandbox_gid=uid))
     await backend.start()
     try:

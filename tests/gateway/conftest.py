@@ -25,10 +25,8 @@ def require_root() -> None:
         missing_component("the nsjail backend needs root (cgroups, tmpfs, uid maps)")
 
 
-CAPTURE_OFF = {
-    f"EXECGATE_BACKENDS_{name}_CAPTURE": '{"enabled": false}'
-    for name in ("NSJAIL", "DOCKER", "DOCKER_GVISOR")
-}
+# Only the default backend's: a backend's table in the settings enables it.
+CAPTURE_OFF = {"EXECGATE_BACKENDS_NSJAIL_CAPTURE": '{"enabled": false}'}
 CAPTURE_ON = {key: '{"enabled": true}' for key in CAPTURE_OFF}
 
 
