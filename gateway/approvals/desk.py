@@ -24,7 +24,7 @@ import aiohttp
 from gateway.approvals import binding as approval_binding
 from gateway.approvals.records import Approval, ApprovalRecords, DecisionWord, iso
 from gateway.approvals.tokens import ApprovalGrant, ApprovalSigner, load_or_create_signing_key
-from gateway.approvals.webhooks import headers_for, load_secret, retryable
+from gateway.approvals.webhooks import load_secret, post_once
 from gateway.audit.log import AuditLog
 from gateway.auth.tokens import Principal
 from gateway.context import ExecContext, new_id
@@ -181,20 +181,10 @@ class ApprovalDesk:
             current = await self.store.get(approval.id)
             if current is None or current.status != "pending":
                 return  # decided or expired meanwhile: nobody needs telling
-            outcome: dict[str, Any] = {"attempt": attempt}
-            try:
-                headers = (
-                    headers_for(key, approval.id, body)
-                    if key
-                    else {"content-type": "application/json"}
-                )
-                async with self._session.post(s.webhook_url, data=body, headers=headers) as resp:
-                    outcome["status_code"] = resp.status
-                    ok = 200 <= resp.status < 300
-                    retry = not ok and retryable(resp.status)
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                outcome["error"] = f"{type(exc).__name__}: {exc}"[:300]
-                ok, retry = False, True
+            ok, retry, outcome = await post_once(
+                self._session, s.webhook_url, key, approval.id, body
+            )
+            outcome = {"attempt": attempt, **outcome}
             final = ok or not retry or attempt == s.delivery_attempts
             await self.audit.append(
                 "approval.delivered",

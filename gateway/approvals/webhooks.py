@@ -13,6 +13,9 @@ import hmac
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+import aiohttp
 
 PREFIX = "whsec_"
 
@@ -51,6 +54,23 @@ def load_secret(path: Path) -> bytes:
 def retryable(status: int) -> bool:
     """Whether a receiver's answer is worth another attempt."""
     return status >= 500 or status in (408, 429)
+
+
+async def post_once(
+    session: aiohttp.ClientSession, url: str, key: bytes, msg_id: str, body: bytes
+) -> tuple[bool, bool, dict[str, Any]]:
+    """One delivery attempt: (delivered, worth retrying, what to audit of it).
+    Signed with `key` when there is one."""
+    outcome: dict[str, Any] = {}
+    headers = headers_for(key, msg_id, body) if key else {"content-type": "application/json"}
+    try:
+        async with session.post(url, data=body, headers=headers) as resp:
+            outcome["status_code"] = resp.status
+            ok = 200 <= resp.status < 300
+            return ok, not ok and retryable(resp.status), outcome
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        outcome["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        return False, True, outcome
 
 
 def sign(key: bytes, msg_id: str, timestamp: int, body: bytes) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from gateway.approvals.records import iso
-from gateway.approvals.webhooks import headers_for, load_secret, retryable
+from gateway.approvals.webhooks import load_secret, post_once
 from gateway.audit.log import AuditLog
 from gateway.context import new_id
 from gateway.review.document import Flag
@@ -116,20 +116,10 @@ class ReviewNotifier:
         assert self._session is not None
         body: bytes = message["body"]
         for attempt in range(1, s.delivery_attempts + 1):
-            outcome: dict[str, Any] = {"attempt": attempt}
-            try:
-                headers = (
-                    headers_for(self._key, message["id"], body)
-                    if self._key
-                    else {"content-type": "application/json"}
-                )
-                async with self._session.post(s.webhook_url, data=body, headers=headers) as resp:
-                    outcome["status_code"] = resp.status
-                    ok = 200 <= resp.status < 300
-                    retry = not ok and retryable(resp.status)
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                outcome["error"] = f"{type(exc).__name__}: {exc}"[:300]
-                ok, retry = False, True
+            ok, retry, outcome = await post_once(
+                self._session, s.webhook_url, self._key, message["id"], body
+            )
+            outcome = {"attempt": attempt, **outcome}
             final = ok or not retry or attempt == s.delivery_attempts
             await self.audit.append(
                 "review.delivered", **_NO_RECORD_IDS, execution_id=message["execution_id"],
