@@ -192,6 +192,9 @@ class SandboxBackend(abc.ABC):
     name: ClassVar[str]
     # A pydantic model (extra="forbid") for this backend's `[backends.<name>]` section.
     Settings: ClassVar[type[BaseModel]]
+    # Takes the gateway's shared host tracers (`tracers=`, backends/capture/host.py
+    # TracerHub): one kernel tracer for every backend on the host kernel.
+    shares_host_tracer: ClassVar[bool] = False
 
     @property
     @abc.abstractmethod
@@ -214,3 +217,8 @@ class SandboxBackend(abc.ABC):
     def capture_status(self) -> tuple[bool, str]:
         """(on, why not): whether results carry a behaviour record (backends/capture)."""
         return False, "this backend records no behaviour"
+
+    def recorded_kinds(self) -> frozenset[str]:
+        """The kinds of attempt (backends/capture/record.py KINDS) results record now:
+        empty while capture is off."""
+        return frozenset()

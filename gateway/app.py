@@ -18,6 +18,7 @@ from aiohttp import web
 
 from backends import backend_class
 from backends.base import BackendError, SandboxBackend, SandboxEvent
+from backends.capture.host import TracerHub
 from gateway.admission.gate import Admission
 from gateway.appkeys import PIPELINE, SERVICES, SETTINGS
 from gateway.approvals.desk import ApprovalDesk
@@ -71,11 +72,12 @@ def make_engine(settings: Settings) -> PolicyEngine:
     return OpaEngine(policy.opa_url, timeout_ms=policy.timeout_ms, bundle=policy.opa_bundle)
 
 
-def make_backends(settings: Settings) -> dict[str, SandboxBackend]:
+def make_backends(settings: Settings, tracers: TracerHub) -> dict[str, SandboxBackend]:
     backends: dict[str, SandboxBackend] = {}
     for name in settings.enabled_backends():
         cls = backend_class(name)
-        backends[name] = cls(settings.backend_settings(name))  # type: ignore[call-arg]
+        extra = {"tracers": tracers} if cls.shares_host_tracer else {}
+        backends[name] = cls(settings.backend_settings(name), **extra)  # type: ignore[call-arg]
     return backends
 
 
@@ -164,7 +166,10 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
     await engine.start()
     stack.push_async_callback(engine.close)
 
-    backends = make_backends(settings)
+    # One host tracer for every backend on the host kernel; closed after them all.
+    tracers = TracerHub()
+    stack.push_async_callback(tracers.close)
+    backends = make_backends(settings, tracers)
     for name, backend in backends.items():
         _audit_background_failures(name, backend, audit)
         try:

@@ -16,7 +16,7 @@ review := review_of(input)
 
 review_of(inp) := {"flags": sort_flags(review_flags(inp))}
 
-review_flags(inp) := ((((credential_flags(inp) | privilege_flags(inp)) | process_flags(inp)) | program_flags(inp)) | network_flags(inp)) | overflow_flags(inp)
+review_flags(inp) := ((((((credential_flags(inp) | privilege_flags(inp)) | architecture_flags(inp)) | socket_flags(inp)) | process_flags(inp)) | program_flags(inp)) | network_flags(inp)) | overflow_flags(inp)
 
 # Paths whose reading is a credential grab, wherever the code found them.
 credential_prefixes := [
@@ -62,6 +62,31 @@ privilege_flags(inp) := {flag |
 	privileged_syscalls[name]
 	n := refused[name]
 	flag := {"rule": "privileged_syscall", "severity": "high", "detail": concat("", ["refused ", name, " x", format_int(n, 10)])}
+}
+
+# A call through another architecture's numbers (x32, or int 0x80's i386 table):
+# ordinary code never does it; filter bypasses do.
+architecture_flags(inp) := {flag |
+	refused := object.get(inp, ["behaviour", "syscalls_refused"], {})
+	some name in object.keys(refused)
+	other_architecture(name)
+	flag := {"rule": "architecture_bypass", "severity": "high", "detail": concat("", ["refused ", name, " x", format_int(refused[name], 10)])}
+}
+
+other_architecture(name) if startswith(name, "x32 ")
+
+other_architecture(name) if startswith(name, "i386 ")
+
+# A container runtime's or the gateway's own control socket: the way out of any
+# container that can reach one.
+runtime_sockets := ["docker.sock", "containerd.sock", "containerd/", "crio.sock", "podman.sock", "execgate/", "dockershim.sock"]
+
+socket_flags(inp) := {flag |
+	some f in object.get(inp, ["behaviour", "files"], [])
+	f.op == "connect"
+	some name in runtime_sockets
+	contains(f.path, name)
+	flag := {"rule": "runtime_socket", "severity": "high", "detail": concat("", ["connect ", f.path, ": ", f.result])}
 }
 
 # Signals or tracing aimed at a process the code did not start (pid 1, or a

@@ -93,3 +93,24 @@ test_flags_high_first if {
 	})
 	rules_of(execgate.review_of(review_input(b, []))) == ["credential_path", "record_overflow", "shell_spawned"]
 }
+
+test_other_architectures_flagged if {
+	b := object.union(empty_behaviour, {"syscalls_refused": {"x32 unshare": 1, "i386 open": 3, "getrandom": 1}})
+	r := execgate.review_of(review_input(b, []))
+	r.flags == [
+		{"rule": "architecture_bypass", "severity": "high", "detail": "refused i386 open x3"},
+		{"rule": "architecture_bypass", "severity": "high", "detail": "refused x32 unshare x1"},
+	]
+}
+
+test_runtime_sockets_flagged if {
+	b := object.union(empty_behaviour, {"files": [
+		{"op": "connect", "path": "/var/run/docker.sock", "result": "ENOENT", "count": 1},
+		{"op": "connect", "path": "/run/containerd/containerd.sock", "result": "ENOENT", "count": 1},
+		{"op": "connect", "path": "/workspace/app.sock", "result": "ECONNREFUSED", "count": 1},
+		{"op": "stat", "path": "/var/run/docker.sock", "result": "ENOENT", "count": 1},
+	]})
+	r := execgate.review_of(review_input(b, []))
+	rules_of(r) == ["runtime_socket", "runtime_socket"]
+	r.flags[0].detail == "connect /run/containerd/containerd.sock: ENOENT"
+}

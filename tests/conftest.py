@@ -1,4 +1,5 @@
-"""Suite-wide: the summary names every test skipped for a missing component.
+"""Suite-wide: one host tracer hub; the summary names every test skipped for a
+missing component.
 
 pytest's `-rs` folds skips by where `pytest.skip` was called, and every skip here is
 called in tests/components.py: this section names each test with its reason, so a
@@ -7,7 +8,23 @@ developer sees what their machine did not run (under CI=true each is a failure).
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
+
+import pytest
 from _pytest.terminal import TerminalReporter
+
+from backends.capture.host import TracerHub
+
+
+@pytest.fixture(scope="session")
+def tracer_hub() -> Iterator[TracerHub]:
+    """The host tracers every captured backend of the run shares, as a gateway's
+    backends do: the kernel tracer attaches once (~11 s of CPU), not per backend.
+    Bound to no event loop, so module and function loops alike can use it."""
+    hub = TracerHub()
+    yield hub
+    asyncio.run(hub.close())
 
 
 def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:

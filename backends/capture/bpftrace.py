@@ -18,6 +18,14 @@ bpftrace's JSON output escapes them) stays inside its own field. Per sandbox
 namespace at most `cap` events are printed; the rest are counted in the kernel
 and the count is printed at the end (a barrier marker or the namespace's init
 exiting), so a flood costs bounded work in the tracer and the gateway.
+
+Only registered namespaces print anything: the gateway registers a sandbox's
+namespace when an execution claims it and forgets it at the end, each with a
+marker call (`getpriority` with a `which` no kernel knows). Sandboxes waiting
+in a pool, other backends' and other gateways' cost the tracer one map look-up
+per traced call and the gateway nothing. The markers count only from the
+gateway process itself: code in a sandbox that makes the same call to end its
+own record early or reset its cap is ignored (the call fails with EINVAL).
 """
 
 from __future__ import annotations
@@ -28,10 +36,14 @@ from dataclasses import dataclass
 from importlib import resources
 
 from backends.capture.record import RUNTIME_PREFIXES, SENSITIVE_PREFIXES
+from backends.capture.syscalls import COMPAT_FLAG
 
-# getpriority(BARRIER_WHICH, ns) from the gateway: "print what you have for ns".
-# An invalid `which` (EINVAL), so the call does nothing else.
+# getpriority(<which>, ns) from the gateway: "print what you have for ns" (and
+# forget it), "follow ns", "forget ns". Invalid `which` values (EINVAL), so the
+# calls do nothing else.
 BARRIER_WHICH = 0x6578
+REGISTER_WHICH = 0x6579
+UNREGISTER_WHICH = 0x657A
 # bpftrace 0.17's longest string (strings live on the 512-byte BPF stack).
 STRLEN = 200
 MAX_ARGS = 16
@@ -39,7 +51,10 @@ MAX_ARGS = 16
 MAP_KEYS = 16384
 
 # File operation codes the program prints.
-OPS = {1: "open", 2: "create", 3: "unlink", 4: "rename", 5: "mkdir", 6: "rmdir"}
+OPS = {1: "open", 2: "create", 3: "unlink", 4: "rename", 5: "mkdir", 6: "rmdir", 7: "stat",
+       8: "connect"}  # fmt: skip
+# A connect's flags: the unix socket name is abstract (no file; shown "@name").
+ABSTRACT = 1
 # Signal-like system call codes.
 SIGNAL_CALLS = {
     1: "kill",
@@ -70,7 +85,18 @@ _FILE_CALLS = (
     ("mkdir", 5, "pathname", "", "0"),
     ("mkdirat", 5, "pathname", "", "0"),
     ("rmdir", 6, "pathname", "", "0"),
+    # Looking a path up without opening it: failures only (a probe for what exists).
+    ("newstat", 7, "filename", "", "0"),
+    ("newlstat", 7, "filename", "", "0"),
+    ("newfstatat", 7, "filename", "", "0"),
+    ("statx", 7, "filename", "", "0"),
+    ("access", 7, "filename", "", "0"),
+    ("faccessat", 7, "filename", "", "0"),
+    ("faccessat2", 7, "filename", "", "0"),
+    ("readlink", 7, "path", "", "0"),
+    ("readlinkat", 7, "pathname", "", "0"),
 )
+AF_UNIX = 1
 # (tracepoint, code, target expression, signal/request expression)
 _SIGNAL_CALLS = (
     ("kill", 1, "args->pid", "args->sig"),
@@ -82,15 +108,30 @@ _SIGNAL_CALLS = (
 )
 
 
-def program(level: int, cap: int, refusable: Sequence[str] = ()) -> str:
-    """The bpftrace program for a gateway whose pid namespace is at `level`;
+# x86's thread_info.status bit for a task inside a 32-bit system call.
+TS_COMPAT = 0x0002
+# x86-64's kernel stack (THREAD_SIZE, without KASAN) ends in the user registers.
+THREAD_SIZE = 16384
+PT_REGS_SIZE = 168
+SIGSYS, SYS_SECCOMP = 31, 1
+
+
+def program(level: int, cap: int, refusable: Sequence[str] = (), gateway_pid: int = 0) -> str:
+    """The bpftrace program for a gateway whose pid namespace is at `level` and
+    whose pid there is `gateway_pid` (the only process whose markers count);
     `refusable`: the system calls whose refusals are named (refusable_calls)."""
     k = level + 1
     upid = f"((struct upid *)curtask->thread_pid->numbers + {k})"
     inside = f"/curtask->thread_pid->level > {level}/"
-    head = f"$ns = {upid}->ns->ns.inum; $p = {upid}->nr;"
-    # Counted for every printed event of a namespace; past the cap only counted.
-    gate = f"@n[$ns]++; if (@n[$ns] > {cap}) {{ @over[$ns]++; }} else {{"
+    ns = f"$ns = {upid}->ns->ns.inum;"
+    head = f"{ns} $p = {upid}->nr;"
+    # Registered namespaces only; counted for every printed event, past the cap
+    # only counted.
+    gate = f"if (@on[$ns] && @n[$ns] >= {cap}) {{ @over[$ns]++; }} else if (@on[$ns]) {{ @n[$ns]++;"
+    # A marker from the gateway's own process (its thread group leader, as the
+    # gateway's namespace names it), never from a sandbox.
+    leader = f"((struct upid *)curtask->group_leader->thread_pid->numbers + {level})"
+    marker = f"curtask->thread_pid->level == {level} && {leader}->nr == {gateway_pid}"
     parts = ['BEGIN { printf("ready\\n"); }']
     # Which opens the record would not keep, decided at entry on the path's head (a
     # short read; the exit's stack holds the full path for its line): a successful
@@ -108,11 +149,28 @@ def program(level: int, cap: int, refusable: Sequence[str] = ()) -> str:
                 f" if ((@fl[tid] & {OPEN_CHANGES}) == 0 && !({sensitive})) {{ @plain[tid] = 1; }}"
                 f" if ({lookup}) {{ @lookup[tid] = 1; }}"
             )
+        elif op == 7:
+            quiet = (
+                f"\n  $h = str(args->{path}, {PREFIX_LEN}); @plain[tid] = 1;"
+                f" if ({lookup}) {{ @lookup[tid] = 1; }}"
+            )
         parts.append(
-            f"tracepoint:syscalls:sys_enter_{call} {inside} {{ @op[tid] = {op};"
-            f" @a[tid] = (uint64)args->{path};{second} @fl[tid] = (int64){flags};{quiet} }}"
+            f"tracepoint:syscalls:sys_enter_{call} {inside} {{ {ns} if (@on[$ns]) {{"
+            f" @op[tid] = {op}; @a[tid] = (uint64)args->{path};{second}"
+            f" @fl[tid] = (int64){flags};{quiet} }} }}"
         )
-    exits = ",\n".join(f"tracepoint:syscalls:sys_exit_{c[0]}" for c in _FILE_CALLS)
+    # connect(2) to a unix socket: its name, as a path (or an abstract name).
+    parts.append(
+        f"tracepoint:syscalls:sys_enter_connect {inside} {{ {ns} if (@on[$ns]) {{\n"
+        f"  if (*(uint16 *)args->uservaddr == {AF_UNIX}) {{ @op[tid] = 8;\n"
+        # An abstract name is not NUL-terminated: its length rides in the flags.
+        "    if (*(uint8 *)((uint64)args->uservaddr + 2) == 0) {"
+        f" @fl[tid] = {ABSTRACT} | ((args->addrlen - 3) << 8);"
+        " @a[tid] = (uint64)args->uservaddr + 3; }\n"
+        "    else { @fl[tid] = 0; @a[tid] = (uint64)args->uservaddr + 2; } } } }"
+    )
+    calls = [c[0] for c in _FILE_CALLS] + ["connect"]
+    exits = ",\n".join(f"tracepoint:syscalls:sys_exit_{c}" for c in calls)
     parts.append(
         f"{exits}\n/@op[tid]/ {{\n"
         # What the record would not keep is not printed (nor counted against the cap).
@@ -145,8 +203,8 @@ def program(level: int, cap: int, refusable: Sequence[str] = ()) -> str:
     )
     for call, code, target, sig in _SIGNAL_CALLS:
         parts.append(
-            f"tracepoint:syscalls:sys_enter_{call} {inside} {{ @sg[tid] = {code};"
-            f" @st[tid] = (int64){target}; @ss[tid] = (int64){sig}; }}"
+            f"tracepoint:syscalls:sys_enter_{call} {inside} {{ {ns} if (@on[$ns]) {{"
+            f" @sg[tid] = {code}; @st[tid] = (int64){target}; @ss[tid] = (int64){sig}; }} }}"
         )
     exits = ", ".join(f"tracepoint:syscalls:sys_exit_{c[0]}" for c in _SIGNAL_CALLS)
     parts.append(
@@ -161,7 +219,9 @@ def program(level: int, cap: int, refusable: Sequence[str] = ()) -> str:
     if refusable:
         enters = ",\n".join(f"tracepoint:syscalls:sys_enter_{c}" for c in refusable)
         exits = ",\n".join(f"tracepoint:syscalls:sys_exit_{c}" for c in refusable)
-        parts.append(f"{enters}\n{inside} {{ @in[tid] = args->__syscall_nr + 1; }}")
+        parts.append(
+            f"{enters}\n{inside} {{ {ns} if (@on[$ns]) {{ @in[tid] = args->__syscall_nr + 1; }} }}"
+        )
         parts.append(
             f"{exits}\n{inside} {{\n"
             f"  if (args->ret < 0 && @in[tid] != args->__syscall_nr + 1) {{ {head} {gate}\n"
@@ -169,6 +229,21 @@ def program(level: int, cap: int, refusable: Sequence[str] = ()) -> str:
             " } }\n"
             "  delete(@in[tid]); }"
         )
+    # A call the filter answers by killing never returns: its SIGSYS names it,
+    # from the registers at the top of the task's kernel stack. The policies kill
+    # what no per-call tracepoint would show refused: another architecture's calls
+    # (int 0x80, x32 numbers) and calls a kernel may have no tracepoint for
+    # (init_module, kexec_load). A tracepoint on every system call (raw_syscalls)
+    # would see them too, at +150-300 ns on each call of every host process.
+    regs = f"((struct pt_regs *)((uint64)curtask->stack + {THREAD_SIZE} - {PT_REGS_SIZE}))"
+    parts.append(
+        "tracepoint:signal:signal_generate\n"
+        f"/args->sig == {SIGSYS} && args->code == {SYS_SECCOMP}"
+        f" && curtask->thread_pid->level > {level}/ {{ {head} {gate}\n"
+        f"  $nr = {regs}->orig_ax;"
+        f" if (curtask->thread_info.status & {TS_COMPAT}) {{ $nr = $nr | {COMPAT_FLAG}; }}\n"
+        '  printf("r %u %d %llu %d %d\\n", $ns, $p, nsecs, $nr, -1); } }'
+    )
     # The end of a sandbox: its init exiting (the namespace's last word), or the
     # gateway's barrier on each CPU; either prints and forgets the namespace's count.
     parts.append(
@@ -178,14 +253,25 @@ def program(level: int, cap: int, refusable: Sequence[str] = ()) -> str:
         " delete(@fl[tid]); delete(@x[tid]); delete(@sg[tid]); delete(@st[tid]);"
         " delete(@ss[tid]);\n"
         f"  if (curtask->thread_pid->level == {k} && {upid}->nr == 1) {{ {head}\n"
-        '    printf("z %u %d %llu %d\\n", $ns, $p, nsecs, @over[$ns]);'
-        " delete(@over[$ns]); delete(@n[$ns]); } }"
+        '    if (@on[$ns]) { printf("z %u %d %llu %d\\n", $ns, $p, nsecs, @over[$ns]);'
+        " delete(@over[$ns]); delete(@n[$ns]); } } }"
     )
     parts.append(
-        f"tracepoint:syscalls:sys_enter_getpriority /args->which == {BARRIER_WHICH}/ {{\n"
+        "tracepoint:syscalls:sys_enter_getpriority\n"
+        f"/args->which == {BARRIER_WHICH} && {marker}/ {{\n"
         "  $ns = (uint32)args->who;\n"
         '  printf("b %u %d %llu %d\\n", $ns, cpu, nsecs, @over[$ns]);'
-        " delete(@over[$ns]); delete(@n[$ns]); }"
+        " delete(@over[$ns]); delete(@n[$ns]); delete(@on[$ns]); }"
+    )
+    parts.append(
+        "tracepoint:syscalls:sys_enter_getpriority\n"
+        f"/args->which == {REGISTER_WHICH} && {marker}/ {{\n"
+        "  $ns = (uint32)args->who; @on[$ns] = 1; delete(@n[$ns]); delete(@over[$ns]); }"
+    )
+    parts.append(
+        "tracepoint:syscalls:sys_enter_getpriority\n"
+        f"/args->which == {UNREGISTER_WHICH} && {marker}/ {{\n"
+        "  $ns = (uint32)args->who; delete(@on[$ns]); delete(@n[$ns]); delete(@over[$ns]); }"
     )
     return "\n".join(parts) + "\n"
 

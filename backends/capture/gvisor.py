@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.capture.record import BehaviourRecorder
+from backends.capture.syscalls import call_name
 
 TRACER = "gvisor-strace"
 # The calls the capture runtime must trace (start-dockerd.sh writes the same list).
@@ -215,7 +216,9 @@ class TraceParser:
         rest = task.group(3)
         if denied := DENIED.match(rest):
             number = int(denied.group(1))
-            self.recorder.refused(self.names.get(number, f"syscall_{number}"))
+            # The log gives no architecture: an int 0x80 call shows as its x86-64
+            # namesake (i386's unshare, 310, as process_vm_readv); x32's carries its flag.
+            self.recorder.refused(call_name(number, self.names))
             return
         self._exit(int(task.group(1)), rest)
 

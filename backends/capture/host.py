@@ -1,56 +1,56 @@
 """Behaviour capture on the host kernel (nsjail, docker with runc): one bpftrace.
 
-One long-lived tracer per backend instance (backends/capture/bpftrace.py has its
-program), started with the backend and stopped with it. Its JSON lines are read
-on the event loop in chunks and handed to `Demux`, which sends each event to the
-`BehaviourRecorder` of the execution whose sandbox pid namespace it names; lines
-for namespaces nobody registered (sandboxes waiting in a pool, other gateways'
-sandboxes, other containers) are dropped after reading one number.
+One long-lived tracer per gateway process (backends/capture/bpftrace.py has its
+program), shared by every backend on the host kernel through a `TracerHub`: the
+kernel probes are host-wide, so a second tracer would only double the cost of
+every system call and of start-up (~11 s of CPU to attach). Its JSON lines are
+read by a thread of its own (so the tracer belongs to no event loop) and handed
+to `Demux` (backends/capture/demux.py), which sends each event to the
+`BehaviourRecorder` of the execution whose sandbox pid namespace it names.
 
 A sandbox is registered when an execution claims it (pid namespace inode of its
 first process, and the time: anything the sandbox did before the claim is not
-the execution's), and finished after everything in it is dead: the gateway then
-makes a marker call on every CPU it can run on, and the record is complete once
-the tracer has printed each marker (events of one CPU come out in order, so
-every event before the sandbox died has been read). What the runtime does on
-its own at start-up is learnt per language from a do-nothing run (`learn`).
+the execution's), in user space and in the kernel (a marker call: the kernel
+prints nothing for namespaces not registered), and finished after everything in
+it is dead: the gateway then makes a marker call on every CPU it can run on,
+and the record is complete once the tracer has printed each marker (events of
+one CPU come out in order, so every event before the sandbox died has been
+read). What the runtime does on its own at start-up is learnt per language from
+a do-nothing run (`learn`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import ctypes
 import dataclasses
-import json
 import logging
 import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
+import typing
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from backends.base import BackendError
 from backends.capture.bpftrace import (
-    AT_REMOVEDIR,
     BARRIER_WHICH,
     MAP_KEYS,
-    MAX_ARGS,
-    OPS,
-    SIGNAL_CALLS,
+    REGISTER_WHICH,
     STRLEN,
-    Line,
-    open_op,
-    parse,
+    UNREGISTER_WHICH,
     program,
     refusable_calls,
 )
-from backends.capture.record import Baseline, Behaviour, BehaviourRecorder, capture_off
+from backends.capture.demux import Capture, Demux
+from backends.capture.record import KINDS, Baseline, Behaviour, BehaviourRecorder, capture_off
 from backends.capture.settings import CaptureSettings
-from backends.capture.syscalls import syscall_names
+from backends.capture.syscalls import UNISTD_32, syscall_names
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,6 @@ BARRIER_TIMEOUT_S = 5.0
 IDLE_TIMEOUT_S = 30.0
 LEARN_ATTEMPTS = 3
 CHUNK = 1 << 16
-DATA = b'"data": "'
 # A program that does next to nothing (an empty line out), per language: its
 # record is the runtime's baseline.
 DO_NOTHING = {"bash": "echo", "python": "print()", "javascript": "console.log()"}
@@ -77,138 +76,9 @@ class CaptureUnavailable(Exception):
     """Why this host cannot capture (the message is the reason results show)."""
 
 
-@dataclass(eq=False)
-class Capture:
-    """One execution's registration with the demultiplexer."""
-
-    ns: int
-    recorder: BehaviourRecorder
-    since_ns: int
-    # A pid (as the sandbox names it) whose events are the sandbox's machinery,
-    # not the code's (docker's launcher is PID 1); 0: none.
-    skip_pid: int = 0
-    execs: dict[int, tuple[str, list[str]]] = field(default_factory=dict)
-    renames: dict[int, str] = field(default_factory=dict)
-    waiting: set[int] = field(default_factory=set)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-def _text(value: str) -> str:
-    """A path or argument as the tracer read it: "?" when it could not be read
-    (not paged in), marked when bpftrace's string limit cut it."""
-    if not value:
-        return "?"
-    if len(value.encode("utf-8", "surrogateescape")) >= STRLEN - 1:
-        return value + "…"
-    return value
-
-
-class Demux:
-    """Tracer lines -> the registered executions' recorders (no I/O: unit-testable)."""
-
-    def __init__(self, names: dict[int, str] | None = None) -> None:
-        self.names = names or {}
-        self.captures: dict[int, Capture] = {}
-        self.lines = 0
-        self.discarded = 0
-
-    def register(self, capture: Capture) -> None:
-        self.captures[capture.ns] = capture
-
-    def unregister(self, capture: Capture) -> None:
-        if self.captures.get(capture.ns) is capture:
-            del self.captures[capture.ns]
-        for path, argv in capture.execs.values():
-            # No result seen: the exec replaced a thread other than the leader.
-            capture.recorder.program(path, argv, 0)
-        capture.execs.clear()
-
-    def feed(self, raw: bytes) -> None:
-        self.lines += 1
-        start = raw.find(DATA)
-        if start < 0:
-            self._other(raw)
-            return
-        start += len(DATA)
-        end = raw.find(b" ", start + 2)
-        try:
-            ns = int(raw[start + 2 : end])
-        except ValueError:
-            return
-        capture = self.captures.get(ns)
-        if capture is None:
-            self.discarded += 1
-            return
-        try:
-            data = json.loads(raw)["data"]
-        except (ValueError, KeyError, TypeError):
-            return
-        line = parse(data)
-        if line is not None:
-            self.event(capture, line)
-
-    def _other(self, raw: bytes) -> None:
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            return
-        if isinstance(record, dict) and record.get("type") == "lost_events":
-            lost = int((record.get("data") or {}).get("events", 0))
-            # Whose they were is unknown: every execution running may have lost them.
-            for capture in self.captures.values():
-                capture.recorder.dropped += lost
-
-    def event(self, capture: Capture, line: Line) -> None:
-        kind, pid, values = line.kind, line.pid, line.fields
-        if kind == "b":
-            capture.recorder.dropped += values[0]
-            capture.waiting.discard(pid)  # the CPU, for a barrier
-            if not capture.waiting:
-                capture.done.set()
-            return
-        if kind == "z":
-            capture.recorder.dropped += values[0]
-            return
-        if line.nsecs < capture.since_ns or pid == capture.skip_pid:
-            return
-        recorder = capture.recorder
-        if kind == "f":
-            code, flags, ret = values
-            op = OPS.get(code, "open")
-            path = _text(line.text)
-            if op == "open":
-                op = open_op(flags)
-            elif op == "unlink" and flags & AT_REMOVEDIR:
-                op = "rmdir"
-            elif op == "rename":
-                path = f"{path} -> {capture.renames.pop(pid, '?')}"
-            recorder.file(op, path, ret)
-        elif kind == "g":
-            capture.renames[pid] = _text(line.text)
-        elif kind == "x":
-            if pid in capture.execs:
-                path, argv = capture.execs.pop(pid)
-                recorder.program(path, argv, 0)
-            capture.execs[pid] = (_text(line.text), [])
-        elif kind == "a":
-            pending = capture.execs.get(pid)
-            if pending is not None and len(pending[1]) < MAX_ARGS:
-                pending[1].append(line.text if line.text else "")
-        elif kind == "X":
-            pending = capture.execs.pop(pid, None)
-            if pending is not None:
-                recorder.program(pending[0], pending[1], values[0])
-        elif kind == "s":
-            code, target, sig, ret = values
-            recorder.signal(SIGNAL_CALLS.get(code, "?"), target, sig, ret)
-        elif kind == "r":
-            number = values[0]
-            recorder.refused(self.names.get(number, f"syscall {number}"))
-
-
-def _refusable() -> list[str]:
-    """The calls the policy may refuse that this kernel has tracepoints for (blocking);
-    not those whose arguments bpftrace 0.17 cannot declare (enum types)."""
+def _tracepoints() -> list[str]:
+    """The system calls this kernel has tracepoints for (blocking); not those whose
+    arguments bpftrace 0.17 cannot declare (enum types)."""
     events = TRACEFS / "events" / "syscalls"
     names = []
     for entry in os.listdir(events):
@@ -216,7 +86,7 @@ def _refusable() -> list[str]:
             with contextlib.suppress(OSError):
                 if "enum " not in (events / entry / "format").read_text():
                     names.append(entry[len("sys_enter_") :])
-    return refusable_calls(names)
+    return names
 
 
 def pid_level(pid: int | str = "self") -> int:
@@ -243,10 +113,20 @@ def online_cpus() -> list[int]:
     return cpus
 
 
+def _who(ns: int) -> int:
+    """A namespace inode as getpriority's `who` (the tracer reads it back unsigned)."""
+    return ns - 2**32 if ns >= 2**31 else ns
+
+
+def mark(which: int, ns: int) -> None:
+    """One marker call (blocking, microseconds): EINVAL, only the tracer notices."""
+    with contextlib.suppress(OSError):
+        os.getpriority(which, _who(ns))
+
+
 def emit_barrier(ns: int, cpus: list[int]) -> set[int]:
-    """The marker call for `ns` on each CPU this thread may run on (blocking; the
-    calling thread's affinity is restored). Returns the CPUs marked."""
-    who = ns - 2**32 if ns >= 2**31 else ns
+    """The barrier marker for `ns` on each CPU this thread may run on (blocking;
+    the calling thread's affinity is restored). Returns the CPUs marked."""
     original = os.sched_getaffinity(0)
     marked: set[int] = set()
     try:
@@ -255,8 +135,7 @@ def emit_barrier(ns: int, cpus: list[int]) -> set[int]:
                 os.sched_setaffinity(0, {cpu})
             except OSError:
                 continue  # outside this process's cpuset
-            with contextlib.suppress(OSError):
-                os.getpriority(BARRIER_WHICH, who)  # EINVAL: only the tracer notices
+            mark(BARRIER_WHICH, ns)
             marked.add(cpu)
     finally:
         os.sched_setaffinity(0, original)
@@ -304,56 +183,95 @@ def _dies_with(parent: int) -> Callable[[], None]:
 
 
 class HostTracer:
-    """The bpftrace process and its reader."""
+    """The bpftrace process and the thread that starts and reads it.
+
+    Owned by no event loop: a thread starts the process (PR_SET_PDEATHSIG follows
+    the thread that forked, so it has to be one that lives as long as the tracer)
+    and reads its lines; registrations and records' ends are safe from any loop.
+    """
 
     def __init__(self, settings: CaptureSettings) -> None:
         self.settings = settings
         self.demux = Demux()
         self.level = 0
         self.problem = "not started"
-        self._proc: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self._stderr: asyncio.Task[None] | None = None
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._threads: list[threading.Thread] = []
         self._errors = bytearray()
         self._cpus: list[int] = []
         self._closing = False
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.returncode is None and not self.problem
+        return self._proc is not None and self._proc.poll() is None and not self.problem
 
     async def start(self) -> None:
         tracer, self.level = await asyncio.to_thread(prerequisites, self.settings)
-        self.demux.names = await asyncio.to_thread(syscall_names)
+        names = await asyncio.to_thread(syscall_names)
+        self.demux.names = names
+        self.demux.names32 = await asyncio.to_thread(syscall_names, UNISTD_32)
         self._cpus = online_cpus()
+        tracepoints = await asyncio.to_thread(_tracepoints)
+        script = program(
+            self.level, KERNEL_CAP, refusable_calls(tracepoints), gateway_pid=os.getpid()
+        )
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        reader = threading.Thread(
+            target=self._run, args=(tracer, script, ready), name="execgate-tracer", daemon=True
+        )
+        self._threads = [reader]
+        reader.start()
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                await asyncio.wrap_future(ready)
+        except (TimeoutError, CaptureUnavailable) as exc:
+            await self.close()
+            if isinstance(exc, CaptureUnavailable):
+                raise
+            raise CaptureUnavailable(f"{tracer} did not attach: {self._error_text()}") from None
+        self.problem = ""
+
+    def _run(self, tracer: str, script: str, ready: concurrent.futures.Future[None]) -> None:
         env = {
             "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
             "BPFTRACE_STRLEN": str(STRLEN),
             "BPFTRACE_MAP_KEYS_MAX": str(MAP_KEYS),
             "BPFTRACE_PERF_RB_PAGES": str(PERF_PAGES),
         }
-        script = program(self.level, KERNEL_CAP, await asyncio.to_thread(_refusable))
         try:
-            self._proc = await asyncio.create_subprocess_exec(
-                tracer, "-q", "-f", "json", "-B", "line", "-e", script,
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
-                preexec_fn=_dies_with(os.getpid()),
+            proc = subprocess.Popen(
+                [tracer, "-q", "-f", "json", "-B", "line", "-e", script],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=env, start_new_session=True, preexec_fn=_dies_with(os.getpid()),
             )  # fmt: skip
         except OSError as exc:
-            raise CaptureUnavailable(f"cannot start {tracer}: {exc}") from exc
-        assert self._proc.stdout is not None and self._proc.stderr is not None
-        self._stderr = asyncio.ensure_future(self._drain_stderr(self._proc.stderr))
-        try:
-            async with asyncio.timeout(START_TIMEOUT_S):
-                first = await self._proc.stdout.readline()
-        except TimeoutError:
-            first = b""
+            ready.set_exception(CaptureUnavailable(f"cannot start {tracer}: {exc}"))
+            return
+        assert proc.stdout is not None and proc.stderr is not None
+        with self._lock:
+            self._proc = proc
+            if self._closing:  # closed while starting
+                proc.kill()
+        drain = threading.Thread(
+            target=self._drain_stderr, args=(proc.stderr,), name="execgate-tracer-err", daemon=True
+        )
+        self._threads.append(drain)
+        drain.start()
+        out = proc.stdout.fileno()
+        pending = b""
+        while b"\n" not in pending:
+            chunk = os.read(out, CHUNK)
+            if not chunk:
+                break
+            pending += chunk
+        first, _, pending = pending.partition(b"\n")
         if b'"ready' not in first:
-            await self.close()
-            raise CaptureUnavailable(f"{tracer} did not attach: {self._error_text()}")
-        self.problem = ""
-        self._reader = asyncio.ensure_future(self._read(self._proc.stdout))
+            why = f"{tracer} did not attach: {self._error_text()}"
+            ready.set_exception(CaptureUnavailable(why))
+            return
+        ready.set_result(None)
+        self._read(out, pending)
 
     def _error_text(self) -> str:
         lines = [
@@ -363,30 +281,34 @@ class HostTracer:
         ]
         return " | ".join(lines[-3:])[-500:] or "no message"
 
-    async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(4096):
+    def _drain_stderr(self, stream: typing.IO[bytes]) -> None:
+        while chunk := os.read(stream.fileno(), 4096):
             self._errors += chunk
             del self._errors[:-4096]
 
-    async def _read(self, stream: asyncio.StreamReader) -> None:
-        pending = b""
-        while chunk := await stream.read(CHUNK):
+    def _read(self, out: int, pending: bytes) -> None:
+        while chunk := os.read(out, CHUNK):
             *lines, pending = (pending + chunk).split(b"\n")
-            for raw in lines:
-                self.demux.feed(raw)
+            with self._lock:
+                for raw in lines:
+                    self.demux.feed(raw)
         # The tracer went away: nothing more will come for anyone.
-        if not self._closing:
-            self.problem = f"the tracer exited: {self._error_text()}"
-            log.error("capture: %s", self.problem)
-        for capture in list(self.demux.captures.values()):
-            capture.done.set()
+        with self._lock:
+            if not self._closing:
+                self.problem = f"the tracer exited: {self._error_text()}"
+                log.error("capture: %s", self.problem)
+            for capture in list(self.demux.captures.values()):
+                capture.complete()
 
     def register(self, pid: int, recorder: BehaviourRecorder, skip_pid: int = 0) -> Capture:
-        """Start attributing the events of `pid`'s pid namespace (blocking: /proc)."""
+        """Start attributing the events of `pid`'s pid namespace (blocking: /proc
+        and the marker call)."""
         if pid_level(pid) != self.level + 1:
             raise CaptureUnavailable("the sandbox's pid namespace is not a child of the gateway's")
         capture = Capture(pid_namespace(pid), recorder, time.monotonic_ns(), skip_pid)
-        self.demux.register(capture)
+        with self._lock:
+            self.demux.register(capture)
+        mark(REGISTER_WHICH, capture.ns)
         return capture
 
     async def finish(self, capture: Capture) -> Behaviour:
@@ -394,19 +316,25 @@ class HostTracer:
         everything in the sandbox is dead)."""
         incomplete = ""
         if self.running:
-            capture.waiting = set(self._cpus)
+            capture.loop = asyncio.get_running_loop()
+            with self._lock:
+                capture.waiting = set(self._cpus)
             marked = await asyncio.to_thread(emit_barrier, capture.ns, self._cpus)
-            capture.waiting &= marked
-            if not marked:
-                incomplete = "incomplete: no CPU could be marked"
-            elif not capture.waiting:
-                capture.done.set()
+            with self._lock:
+                capture.waiting &= marked
+                if not marked:
+                    incomplete = "incomplete: no CPU could be marked"
+                if not capture.waiting:
+                    capture.done.set()
             try:
                 async with asyncio.timeout(BARRIER_TIMEOUT_S):
                     await capture.done.wait()
             except TimeoutError:
                 incomplete = "incomplete: the tracer did not confirm the end in time"
-        self.demux.unregister(capture)
+        else:
+            mark(UNREGISTER_WHICH, capture.ns)
+        with self._lock:
+            self.demux.unregister(capture)
         if self.problem:
             return capture_off(self.problem)
         behaviour = capture.recorder.finish()
@@ -415,37 +343,97 @@ class HostTracer:
         return behaviour
 
     def discard(self, capture: Capture) -> None:
-        self.demux.unregister(capture)
+        mark(UNREGISTER_WHICH, capture.ns)
+        with self._lock:
+            self.demux.unregister(capture)
 
     async def close(self) -> None:
-        self._closing = True
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
+        await asyncio.to_thread(self.close_sync)
+
+    def close_sync(self) -> None:
+        """Detach and wait for the process and its threads (blocking, bounded)."""
+        with self._lock:
+            self._closing = True
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGINT)  # bpftrace detaches its probes
             try:
-                async with asyncio.timeout(10):
-                    await proc.wait()
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
-        for task in (self._reader, self._stderr):
-            if task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._reader = self._stderr = None
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=10)
+        if proc is not None:
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+        self._threads = []
         self._proc = None
         self.problem = "stopped"
+
+
+class TracerHub:
+    """One host tracer per tracer binary for every backend of a gateway.
+
+    The gateway makes one and hands it to each backend on the host kernel; a
+    backend made without one gets a hub of its own (and closes it). A tracer
+    starts with the first backend that asks and stays until the hub closes; one
+    that died is replaced by the next backend that starts. Safe to use from any
+    event loop (tests start backends on several).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tracers: dict[str, concurrent.futures.Future[HostTracer]] = {}
+
+    async def acquire(self, settings: CaptureSettings) -> HostTracer:
+        """The running tracer for `settings` (started now if there is none);
+        raises CaptureUnavailable with the reason."""
+        key = settings.tracer_path or TRACER
+        with self._lock:
+            pending = self._tracers.get(key)
+            if pending is not None and pending.done():
+                failed = pending.exception() is not None
+                if failed or not pending.result().running:
+                    pending = None
+            owner = pending is None
+            if pending is None:
+                pending = concurrent.futures.Future()
+                self._tracers[key] = pending
+        if owner:
+            tracer = HostTracer(settings)
+            try:
+                await tracer.start()
+            except BaseException as exc:
+                pending.set_exception(exc)
+                raise
+            pending.set_result(tracer)
+            return tracer
+        return await asyncio.wrap_future(pending)
+
+    async def close(self) -> None:
+        with self._lock:
+            pending, self._tracers = list(self._tracers.values()), {}
+        for future in pending:
+            if future.done() and future.exception() is None:
+                await future.result().close()
 
 
 class HostCapture:
     """What a backend on the host kernel holds for capture: the tracer, the
     per-language baselines, whether capture is on and why not."""
 
-    def __init__(self, settings: CaptureSettings, backend: str) -> None:
+    def __init__(
+        self, settings: CaptureSettings, backend: str, tracers: TracerHub | None = None
+    ) -> None:
         self.settings = settings
         self.backend = backend
+        # The gateway's shared tracers, or a hub of this backend's own.
+        self.hub = tracers if tracers is not None else TracerHub()
+        self._own_hub = tracers is None
         self.tracer: HostTracer | None = None
         self.reason = "disabled in config" if not settings.enabled else "not started"
         self.baselines: dict[str, Baseline] = {}
@@ -456,6 +444,10 @@ class HostCapture:
         if self.tracer is not None and self.tracer.problem:
             return False, self.tracer.problem
         return False, self.reason
+
+    def kinds(self) -> frozenset[str]:
+        """What results record while the tracer runs: every kind (record.KINDS)."""
+        return frozenset(KINDS) if self.status()[0] else frozenset()
 
     def health_problem(self) -> str:
         """A reason to be unhealthy: capture is required and off."""
@@ -468,9 +460,8 @@ class HostCapture:
         """Start the tracer; with `required`, raise BackendError when it cannot."""
         if not self.settings.enabled or self.tracer is not None:
             return
-        tracer = HostTracer(self.settings)
         try:
-            await tracer.start()
+            tracer = await self.hub.acquire(self.settings)
         except CaptureUnavailable as exc:
             self.reason = str(exc)
             log.warning("%s: behaviour capture is off: %s", self.backend, exc)
@@ -482,7 +473,9 @@ class HostCapture:
 
     async def close(self) -> None:
         if self.tracer is not None:
-            await self.tracer.close()
+            # A shared tracer stays for the hub's other backends.
+            if self._own_hub:
+                await self.hub.close()
             self.tracer = None
             self.reason = "stopped"
         self.baselines.clear()

@@ -28,14 +28,22 @@ MAX_ARG = 256
 ENTRY_OVERHEAD = 48
 
 # File operations a record names.
-FILE_OPS = ("open", "read", "create", "write", "rename", "unlink", "mkdir", "rmdir", "exec")
+FILE_OPS = ("open", "read", "create", "write", "rename", "unlink", "mkdir", "rmdir", "exec",
+            "stat", "connect")  # fmt: skip
+# The kinds of attempt a record can hold; a backend says which it captures
+# (SandboxBackend.recorded_kinds) and the escape suite which each technique leaves.
+KINDS = ("files", "lookups", "sockets", "programs", "signals", "syscalls")
+# File operations that are kinds of their own: a look-up (stat, access, readlink)
+# and a connect to a unix socket; every other one is "files".
+FILE_KINDS = {"stat": "lookups", "connect": "sockets"}
 # Where a successful read is worth a reviewer's eye (the runtime's own read-only
 # files and the workspace are not).
 SENSITIVE_PREFIXES = ("/proc", "/sys", "/etc", "/dev", "/root", "/home", "/var", "/run", "/boot")
 # The runtimes' own read-only directories: a failed look-up there (the loader
-# searching its library path, locale probes of every program started) is the same
-# for every tenant and holds nothing to find, so it is not kept either.
-RUNTIME_PREFIXES = ("/usr/lib", "/usr/lib64", "/usr/share", "/usr/local/lib", "/lib", "/lib64")
+# searching its library path, locale probes of every program started, a shell
+# searching PATH) is the same for every tenant and holds nothing to find, so it is
+# not kept either.
+RUNTIME_PREFIXES = ("/usr", "/lib", "/lib64", "/bin", "/sbin")
 # Devices every runtime opens for its stdio or randomness: opening them is not news.
 PLAIN_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"})
 
@@ -53,7 +61,7 @@ def sensitive(path: str) -> bool:
 
 def runtime_lookup(op: str, path: str, result: str) -> bool:
     return (
-        op == "open"
+        op in ("open", "stat")
         and result == "ENOENT"
         and any(path.startswith(p + "/") for p in RUNTIME_PREFIXES)
     )
@@ -104,6 +112,17 @@ class Behaviour:
     @property
     def empty(self) -> bool:
         return not (self.files or self.programs or self.signals or self.syscalls_refused)
+
+    def kinds(self) -> frozenset[str]:
+        """The kinds of attempt this record holds (KINDS)."""
+        found = {FILE_KINDS.get(f.op, "files") for f in self.files}
+        if self.programs:
+            found.add("programs")
+        if self.signals:
+            found.add("signals")
+        if self.syscalls_refused:
+            found.add("syscalls")
+        return frozenset(found)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -188,6 +207,8 @@ class BehaviourRecorder:
         result = errno_name(ret)
         if result == "ok" and op in ("open", "read") and not sensitive(path):
             return
+        if result == "ok" and op == "stat":
+            return  # a look-up that found its file: only failed probes tell
         if runtime_lookup(op, path, result) or (result == "ok" and path in PLAIN_DEVICES):
             return
         key = (op, _clip(path, MAX_PATH), result)

@@ -37,7 +37,7 @@ from backends.base import (
     SandboxEvent,
     Status,
 )
-from backends.capture.host import DO_NOTHING, Capture, HostCapture
+from backends.capture.host import DO_NOTHING, Capture, HostCapture, TracerHub
 from backends.capture.record import Behaviour
 from backends.ceilings import clamp as clamp_limits
 from backends.docker.config import LAUNCHER_SOURCE, Shape
@@ -82,9 +82,14 @@ class DockerBackend(SandboxBackend):
     # The host kernel's tracer sees what runc's sandboxes do (backends/capture/host.py);
     # a runtime with a kernel of its own (gVisor) records its own way.
     host_capture: ClassVar[bool] = True
+    shares_host_tracer = True
 
     def __init__(
-        self, settings: DockerSettings | None = None, *, egress_resolver: NameResolver | None = None
+        self,
+        settings: DockerSettings | None = None,
+        *,
+        egress_resolver: NameResolver | None = None,
+        tracers: TracerHub | None = None,
     ) -> None:
         self.settings = settings or self.Settings()
         # How the egress proxy resolves names (tests give their own; None: the host's).
@@ -116,7 +121,7 @@ class DockerBackend(SandboxBackend):
         self._reaper: asyncio.Task[None] | None = None
         self._maintainer: asyncio.Task[None] | None = None
         self._etc_dir: Path | None = None  # the generated /etc files (etc.py)
-        self.host_trace = HostCapture(s.capture, self.name)
+        self.host_trace = HostCapture(s.capture, self.name, tracers)
 
     # --- SandboxBackend ------------------------------------------------------------
 
@@ -222,6 +227,9 @@ class DockerBackend(SandboxBackend):
         if not self.host_capture:
             return super().capture_status()
         return self.host_trace.status()
+
+    def recorded_kinds(self) -> frozenset[str]:
+        return self.host_trace.kinds() if self.host_capture else frozenset()
 
     async def run(self, spec: ExecSpec) -> ExecResult:
         factory = self._require_factory()

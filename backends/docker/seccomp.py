@@ -59,11 +59,11 @@ CONDITIONAL: dict[str, list[dict[str, Any]]] = {
 }  # fmt: skip
 
 
-def _allow_items(kafel: str) -> list[str]:
-    """Every item of every ALLOW block, conditions included, comments removed."""
+def _allow_items(kafel: str, action: str = "ALLOW") -> list[str]:
+    """Every item of every `action` block, conditions included, comments removed."""
     text = re.sub(r"//[^\n]*", "", kafel)
     items: list[str] = []
-    for match in re.finditer(r"\bALLOW\s*\{", text):
+    for match in re.finditer(rf"\b{action}\s*\{{", text):
         depth, start, pos = 1, match.end(), match.end()
         current = start
         while depth:
@@ -102,6 +102,11 @@ def profile_from_kafel(kafel: str) -> dict[str, Any]:
             {"names": sorted(set(names)), "action": "SCMP_ACT_ALLOW"},
             *rules,
             {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38},
+            *(
+                [{"names": sorted(killed), "action": "SCMP_ACT_KILL_PROCESS"}]
+                if (killed := _allow_items(kafel, "KILL_PROCESS"))
+                else []
+            ),
         ],
     }
 

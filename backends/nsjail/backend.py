@@ -39,7 +39,7 @@ from backends.base import (
     Limits,
     SandboxBackend,
 )
-from backends.capture.host import DO_NOTHING, Capture, HostCapture, idle_child
+from backends.capture.host import DO_NOTHING, Capture, HostCapture, TracerHub, idle_child
 from backends.capture.record import Behaviour
 from backends.ceilings import clamp as clamp_limits
 from backends.cgroups import CgroupError, CgroupManager, detect
@@ -66,11 +66,16 @@ SMOKE_CODE = DO_NOTHING
 class NsjailBackend(SandboxBackend):
     name = "nsjail"
     Settings = NsjailSettings
+    shares_host_tracer = True
     # What makes, runs and releases one sandbox (a test may put a subclass here).
     Factory: ClassVar[type[SandboxFactory]] = SandboxFactory
 
     def __init__(
-        self, settings: NsjailSettings | None = None, *, egress_resolver: NameResolver | None = None
+        self,
+        settings: NsjailSettings | None = None,
+        *,
+        egress_resolver: NameResolver | None = None,
+        tracers: TracerHub | None = None,
     ) -> None:
         self.settings = settings or NsjailSettings()
         # How the egress proxy resolves names (tests give their own; None: the host's).
@@ -102,7 +107,7 @@ class NsjailBackend(SandboxBackend):
         # Names refused syscalls (settings.seccomp_log) from the kernel log.
         self._seccomp: SeccompWatcher | None = None
         # What the code tried beyond the network, from the host kernel (bpftrace).
-        self.capture = HostCapture(s.capture, self.name)
+        self.capture = HostCapture(s.capture, self.name, tracers)
 
     @property
     def instance_prefix(self) -> str:
@@ -205,6 +210,9 @@ class NsjailBackend(SandboxBackend):
 
     def capture_status(self) -> tuple[bool, str]:
         return self.capture.status()
+
+    def recorded_kinds(self) -> frozenset[str]:
+        return self.capture.kinds()
 
     async def run(self, spec: ExecSpec) -> ExecResult:
         factory = self._require_factory()

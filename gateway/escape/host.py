@@ -30,6 +30,12 @@ RUNTIME_SOCKETS = (
     "/var/run/docker.sock", "/run/containerd/containerd.sock", "/run/execgate/gateway.sock",
 )  # fmt: skip
 CREDENTIAL_GLOBS = ("/root/.ssh/*", "/root/.docker/config.json", "/etc/ssh/ssh_host_*_key")
+# Where credentials usually are, tried whether or not this host has them (so the
+# attempt is made, and recorded, on every host).
+CREDENTIAL_GUESSES = (
+    "/root/.ssh/id_rsa", "/root/.ssh/id_ed25519", "/root/.docker/config.json",
+    "/root/.aws/credentials", "/root/.kube/config", "/etc/ssh/ssh_host_ed25519_key",
+)  # fmt: skip
 IPC_CREAT = 0o1000
 
 
@@ -94,6 +100,7 @@ class HostCanaries:
         creds = {str(p): _sha256(str(p)) for g in CREDENTIAL_GLOBS for p in Path("/").glob(g[1:])}
         creds.update({f: _sha256(f) for f in self._credential_files if os.path.isfile(f)})
         self.facts["credentials"] = {k: v for k, v in creds.items() if v}
+        self.facts["credential_guesses"] = list(CREDENTIAL_GUESSES)
         self.facts["sockets"] = [s for s in RUNTIME_SOCKETS if os.path.exists(s)]
         # A process of the gateway's uid to ptrace, read and kill.
         self._process = subprocess.Popen(["sleep", "3600"])

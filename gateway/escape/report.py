@@ -53,6 +53,7 @@ def as_json(result: SuiteResult) -> dict[str, Any]:
                 "detail": f.verdict.detail,
                 "duration_ms": f.duration_ms,
                 "recorded": f.recorded,
+                "record_kinds": sorted(f.seen),
             }
             for f in result.findings
         ],

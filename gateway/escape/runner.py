@@ -41,11 +41,37 @@ class Finding:
     # What the backend recorded of each probe run (its behaviour record): the suite
     # also proves that what the sandbox stopped was seen.
     behaviour: tuple[Behaviour, ...] = ()
+    # The kinds of attempt the backend recorded when the technique ran (empty:
+    # capture was off, nothing can be asked of the record).
+    watched: frozenset[str] = frozenset()
+
+    @property
+    def seen(self) -> frozenset[str]:
+        """The kinds of attempt the technique's runs left in their records."""
+        return frozenset().union(*(b.kinds() for b in self.behaviour if b.capture == "on"))
+
+    @property
+    def expected(self) -> frozenset[str]:
+        """The kinds its record must show here (one of them): what the technique
+        leaves that this backend records."""
+        return self.technique.expected & self.watched
 
     @property
     def recorded(self) -> bool:
-        """Some run of the technique left a non-empty behaviour or network record."""
+        """The technique's attempt shows in its execution's behaviour record."""
+        if self.expected:
+            return bool(self.seen & self.expected)
         return any(b.capture == "on" and (not b.empty or b.dropped) for b in self.behaviour)
+
+    @property
+    def unrecorded(self) -> bool:
+        """It should have shown in the record and did not (the suite's problem:
+        an attempt the sandbox stopped and nobody saw)."""
+        return (
+            bool(self.expected)
+            and self.verdict.outcome in (Outcome.CONTAINED, Outcome.ESCAPED)
+            and not self.recorded
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +106,8 @@ class SuiteResult:
         na = self.count(Outcome.NOT_APPLICABLE)
         if na > self.max_not_applicable:
             found.append(f"{na} not applicable, more than the {self.max_not_applicable} allowed")
+        if unseen := [f.technique.id for f in self.findings if f.unrecorded]:
+            found.append(f"not in their behaviour record: {', '.join(unseen)}")
         if not self.findings:
             found.append("no technique was run")
         return found
@@ -139,7 +167,9 @@ async def run_one(backend: SandboxBackend, technique: Technique, host: HostCanar
             verdict = Verdict(Outcome.ESCAPED, "host: " + "; ".join(evidence.host_findings))
         return Finding(technique, verdict, _ms(started))
     seen = tuple(r.behaviour for r in evidence.results if r.behaviour is not None)
-    return Finding(technique, judge(technique, evidence), _ms(started), seen)
+    return Finding(
+        technique, judge(technique, evidence), _ms(started), seen, backend.recorded_kinds()
+    )
 
 
 def judge(technique: Technique, evidence: Evidence) -> Verdict:

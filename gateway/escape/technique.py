@@ -28,6 +28,17 @@ CATEGORIES = (
     "posture", "host_files", "kernel", "privilege", "neighbours", "secrets",
     "output", "network", "resources", "residue",
 )  # fmt: skip
+# What the attempts of a category leave in their execution's behaviour record (any
+# one of these kinds, backends/capture/record.py KINDS) on a backend that records
+# it: the suite proves that what the sandbox stopped was also seen. The others
+# (posture, resources, output, network, residue) try nothing a record names.
+LEAVES: dict[str, frozenset[str]] = {
+    "host_files": frozenset({"files", "lookups"}),
+    "secrets": frozenset({"files"}),
+    "kernel": frozenset({"files", "syscalls"}),
+    "privilege": frozenset({"syscalls", "files", "programs"}),
+    "neighbours": frozenset({"signals", "syscalls", "files", "lookups", "sockets"}),
+}
 
 
 class Outcome(enum.StrEnum):
@@ -130,10 +141,16 @@ class Technique:
     # Run after the probe (or at the same time if `concurrent`): residue checks.
     followup: Probe | None = None
     concurrent: bool = False
+    # The kinds of attempt its record must show (any one); None: its category's.
+    leaves: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:
             raise ValueError(f"{self.id}: unknown category {self.category!r}")
+
+    @property
+    def expected(self) -> frozenset[str]:
+        return self.leaves if self.leaves is not None else LEAVES.get(self.category, frozenset())
 
 
 def python(code: str, **limits: Any) -> Probe:

@@ -30,6 +30,7 @@ from backends.base import (
     SandboxBackend,
     Status,
 )
+from backends.capture.record import Behaviour
 from backends.egress.boundary import TUN_NAME
 from backends.egress.veth import LINK as VETH_LINK
 from tests.components import missing_component
@@ -722,9 +723,7 @@ class BehaviourConformance:
             "os.rmdir('/workspace/d')\n"
             "os.unlink('/workspace/b.txt')\n"
         )
-        behaviour = (await run_captured(backend, "python", code)).behaviour
-        assert behaviour is not None
-        seen = {(f.op, f.path, f.result) for f in behaviour.files}
+        behaviour, seen = await files_seen(backend, code)
         assert {
             ("create", "/workspace/a.txt", "ok"),
             ("rename", "/workspace/a.txt -> /workspace/b.txt", "ok"),
@@ -732,6 +731,68 @@ class BehaviourConformance:
             ("rmdir", "/workspace/d", "ok"),
             ("unlink", "/workspace/b.txt", "ok"),
         } <= seen, behaviour.as_dict()
+
+    async def test_behaviour_lookups_and_unix_sockets(self, backend: SandboxBackend) -> None:
+        # What the code looked for without opening it (stat, access, readlink) and the
+        # unix sockets it tried, by path or abstract name, where the backend says it
+        # records them (gVisor's trace has neither); a shell's PATH search is not news.
+        kinds = backend.recorded_kinds()
+        tag = secrets.token_hex(4)
+        code = (
+            "import os, socket, subprocess\n"
+            f"os.path.exists('/var/run/docker-{tag}.sock')\n"
+            f"os.access('/etc/sudoers-{tag}', os.R_OK)\n"
+            "try:\n"
+            f"    os.readlink('/root/link-{tag}')\n"
+            "except OSError:\n"
+            "    pass\n"
+            f"for name in ('/run/containerd/containerd-{tag}.sock', '\\0execgate-{tag}'):\n"
+            "    s = socket.socket(socket.AF_UNIX)\n"
+            "    try:\n"
+            "        s.connect(name)\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "subprocess.run(['sh', '-c', 'true'])\n"
+        )
+        behaviour, seen = await files_seen(backend, code)
+        lookups = {
+            ("stat", f"/var/run/docker-{tag}.sock", "ENOENT"),
+            ("stat", f"/etc/sudoers-{tag}", "ENOENT"),
+            ("stat", f"/root/link-{tag}", "ENOENT"),
+        }
+        sockets = {
+            ("connect", f"/run/containerd/containerd-{tag}.sock", "ENOENT"),
+            ("connect", f"@execgate-{tag}", "ECONNREFUSED"),
+        }
+        if "lookups" in kinds:
+            assert lookups <= seen, behaviour.as_dict()
+        if "sockets" in kinds:
+            assert sockets <= seen, behaviour.as_dict()
+        # Nothing of the PATH search for sh, nothing the backend does not record.
+        assert not any(f.path.startswith(("/usr/", "/bin/", "/sbin/")) for f in behaviour.files)
+        assert behaviour.kinds() <= kinds, (kinds, behaviour.as_dict())
+
+    async def test_behaviour_other_architectures(self, backend: SandboxBackend) -> None:
+        # The x32 numbers and a 32-bit call (int 0x80): no per-call tracepoint sees
+        # them. The policies kill both (nothing legitimate makes them); the record
+        # names each by its own architecture's table.
+        prelude = "import ctypes, mmap, struct\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        x32 = prelude + "libc.syscall(0x40000000 | 272, 0x10000000)\n"  # x32 unshare
+        int80 = prelude + (
+            "code = b'\\xb8' + struct.pack('<I', 310) + b'\\xbb' + struct.pack('<I', 0x10000000)"
+            " + b'\\xcd\\x80\\xc3'\n"  # mov eax, 310 (i386 unshare); mov ebx, flags; int 0x80
+            "mem = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+            "mem.write(code)\n"
+            "ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(mem)))()\n"
+        )
+        # gVisor's log names a denied call by its number alone: int 0x80's unshare
+        # (i386 310) shows as x86-64's 310, process_vm_readv.
+        i386 = "process_vm_readv" if backend.name == "docker-gvisor" else "i386 unshare"
+        for code, name in ((x32, "x32 unshare"), (int80, i386)):
+            result = await run_captured(backend, "python", code)
+            assert result.behaviour is not None
+            refused = dict(result.behaviour.syscalls_refused)
+            assert name in refused, (name, result.status, result.behaviour.as_dict())
 
     async def test_behaviour_flood_stays_bounded(self, backend: SandboxBackend) -> None:
         code = (
@@ -771,6 +832,15 @@ class BehaviourConformance:
 
 
 PLAIN = {"python": "print(1)", "bash": "echo 1", "javascript": "console.log(1)"}
+
+
+async def files_seen(
+    backend: SandboxBackend, code: str
+) -> tuple[Behaviour, set[tuple[str, str, str]]]:
+    """A Python program's record and its file attempts as (op, path, result)."""
+    behaviour = (await run_captured(backend, "python", code)).behaviour
+    assert behaviour is not None
+    return behaviour, {(f.op, f.path, f.result) for f in behaviour.files}
 
 
 async def run_captured(

@@ -15,6 +15,7 @@ import pytest
 import pytest_asyncio
 
 from backends.base import BackendError
+from backends.capture.host import TracerHub
 from backends.capture.settings import CaptureSettings
 from backends.docker.backend import DockerBackend
 from backends.nsjail.backend import NsjailBackend
@@ -56,14 +57,16 @@ def nsjail_settings(sandbox_state_dir: Path) -> NsjailSettings:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def captured_nsjail_backend() -> AsyncIterator[NsjailBackend]:
+async def captured_nsjail_backend(tracer_hub: TracerHub) -> AsyncIterator[NsjailBackend]:
     """An nsjail backend with behaviour capture on, shared by a module's tests."""
     require_root()
     state = Path(tempfile.mkdtemp(prefix="execgate-nsjail-capture-", dir="/tmp"))
     # Not nsjail_settings' uid: the module's host-clean checks must not see this
     # backend's waiting sandboxes.
     uid = 190000 + os.getpid() % 9000
-    backend = NsjailBackend(NsjailSettings(state_dir=str(state), sandbox_uid=uid, sandbox_gid=uid))
+    backend = NsjailBackend(
+        NsjailSettings(state_dir=str(state), sandbox_uid=uid, sandbox_gid=uid), tracers=tracer_hub
+    )
     await backend.start()
     try:
         yield backend
@@ -169,14 +172,15 @@ async def start_docker_backend(backend: DockerBackend) -> DockerBackend:
     return backend
 
 
-def module_docker_backend(make: Callable[[], DockerBackend]) -> Any:
-    """A module-scoped `backend` fixture: `make()` started once for the module (on the
-    module's loop), closed after its last test. Each docker and gVisor test module
-    says only which backend it wants: `backend = module_docker_backend(lambda: ...)`."""
+def module_docker_backend(make: Callable[[TracerHub], DockerBackend]) -> Any:
+    """A module-scoped `backend` fixture: `make(tracers)` started once for the module
+    (on the module's loop), closed after its last test. Each docker and gVisor test
+    module says only which backend it wants:
+    `backend = module_docker_backend(lambda tracers: ...(tracers=tracers))`."""
 
     @pytest_asyncio.fixture(scope="module", loop_scope="module")
-    async def backend() -> AsyncIterator[DockerBackend]:
-        started = await start_docker_backend(make())
+    async def backend(tracer_hub: TracerHub) -> AsyncIterator[DockerBackend]:
+        started = await start_docker_backend(make(tracer_hub))
         try:
             yield started
         finally:

@@ -30,12 +30,24 @@ CAPTURE_OFF = {"EXECGATE_BACKENDS_NSJAIL_CAPTURE": '{"enabled": false}'}
 CAPTURE_ON = {key: '{"enabled": true}' for key in CAPTURE_OFF}
 
 
+# The sandbox state directories made under /tmp this run, removed when it ends.
+_SANDBOX_DIRS: list[Path] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_sandbox_dirs() -> Iterator[None]:
+    yield
+    for path in _SANDBOX_DIRS:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def make_settings(root: Path, **env: str) -> Settings:
     # Sandbox state must not live under pytest's tmp_path: its parents are 0700 and
     # the sandbox uid has to traverse to its bind-mount sources.
     sandboxes = root / "sandbox-dir"
     if not sandboxes.is_symlink():
         real = Path(tempfile.mkdtemp(prefix="execgate-gw-test-", dir="/tmp"))
+        _SANDBOX_DIRS.append(real)
         sandboxes.symlink_to(real)
     base = {
         "EXECGATE_AUDIT_PATH": str(root / "audit.jsonl"),

@@ -119,6 +119,13 @@ for path, digest in H["credentials"].items():
             hits.append(path)
     except OSError:
         pass
+# Where credentials usually are, whether or not this host has them: a file there
+# is the sandbox's own unless it is the host's (hashed above).
+for path in H["credential_guesses"]:
+    try:
+        open(path, 'rb').close()
+    except OSError:
+        pass
 report(hits, ", ".join(hits) or f"{len(H['credentials'])} files, none readable")
 """)),
 ]  # fmt: skip

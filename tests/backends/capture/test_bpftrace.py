@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from backends.capture.bpftrace import (
     BARRIER_WHICH,
+    REGISTER_WHICH,
+    UNREGISTER_WHICH,
     Line,
     allowed_calls,
     open_op,
@@ -14,17 +16,28 @@ from backends.capture.bpftrace import (
 
 
 def test_the_filter_and_the_key_follow_the_gateways_level() -> None:
-    text = program(level=2, cap=100, refusable=["mount", "ptrace"])
+    text = program(level=2, cap=100, refusable=["mount", "ptrace"], gateway_pid=4242)
     # Only tasks below the gateway's namespace; each named by the one just below it,
     # so a namespace the code makes inside its sandbox is still the sandbox's.
     assert "/curtask->thread_pid->level > 2/" in text
     assert "((struct upid *)curtask->thread_pid->numbers + 3)->ns->ns.inum" in text
-    assert "@n[$ns] > 100" in text
-    assert f"args->which == {BARRIER_WHICH}" in text
+    # Only registered namespaces print, up to the cap.
+    assert "if (@on[$ns] && @n[$ns] >= 100)" in text
+    # The markers count from the gateway's own process only, never from a sandbox.
+    gateway = (
+        "curtask->thread_pid->level == 2 &&"
+        " ((struct upid *)curtask->group_leader->thread_pid->numbers + 2)->nr == 4242"
+    )
+    for which in (BARRIER_WHICH, REGISTER_WHICH, UNREGISTER_WHICH):
+        assert f"/args->which == {which} && {gateway}/" in text
+    assert text.count("args->which ==") == 3
     # Refusals are exits without their entry, on the calls the policy may refuse
     # (raw_syscalls would cost every system call on the host).
     assert "tracepoint:syscalls:sys_exit_mount,\ntracepoint:syscalls:sys_exit_ptrace" in text
+    # No raw_syscalls: it would tax every system call of every process on the host.
+    # What the policies kill (other architectures) is named from its SIGSYS.
     assert "raw_syscalls" not in text
+    assert "tracepoint:signal:signal_generate\n/args->sig == 31 && args->code == 1" in text
     calls = ("openat", "openat2", "creat", "unlinkat", "renameat2", "mkdirat", "rmdir",
              "execve", "execveat", "kill", "tgkill", "ptrace", "process_vm_writev")  # fmt: skip
     for call in calls:

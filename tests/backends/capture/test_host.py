@@ -158,3 +158,27 @@ async def test_required_capture_that_cannot_start_fails_closed() -> None:
     await host.start()
     on, why = host.status()
     assert not on and why and host.health_problem() == ""
+
+
+def test_lookups_sockets_and_other_architectures_are_named() -> None:
+    mine = capture()
+    demux = Demux({272: "unshare"}, {310: "unshare"})
+    demux.register(mine)
+    for data in (
+        f"f {NS} 5 200 7 0 -2 /etc/sudoers",
+        f"f {NS} 5 201 8 0 -2 /var/run/docker.sock",
+        # An abstract name: as long as the address said, not what followed it.
+        f"f {NS} 5 202 8 {1 | (9 << 8)} -111 execgate-leftover-bytes",
+        f"r {NS} 5 203 {0x40000000 | 272} -1",
+        f"r {NS} 5 204 {0x100000 | 310} -1",
+        f"r {NS} 5 205 {0x100000 | 999} -1",
+    ):
+        demux.feed(printed(data))
+    b = mine.recorder.finish()
+    assert [(f.op, f.path, f.result) for f in b.files] == [
+        ("stat", "/etc/sudoers", "ENOENT"),
+        ("connect", "/var/run/docker.sock", "ENOENT"),
+        ("connect", "@execgate-", "ECONNREFUSED"),
+    ]
+    assert dict(b.syscalls_refused) == {"x32 unshare": 1, "i386 unshare": 1, "i386 syscall 999": 1}
+    assert b.kinds() == {"lookups", "sockets", "syscalls"}

@@ -17,7 +17,15 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from backends.capture.host import KERNEL_CAP, CaptureUnavailable, HostTracer, idle_child
+from backends.capture.bpftrace import BARRIER_WHICH, UNREGISTER_WHICH
+from backends.capture.host import (
+    KERNEL_CAP,
+    CaptureUnavailable,
+    HostCapture,
+    HostTracer,
+    TracerHub,
+    idle_child,
+)
 from backends.capture.record import Behaviour, BehaviourRecorder
 from backends.capture.settings import CaptureSettings
 from tests.components import missing_component
@@ -89,17 +97,62 @@ async def test_the_last_attempt_before_the_end_is_recorded(tracer: HostTracer) -
 
 
 @pytest.mark.asyncio(loop_scope="module")
-async def test_unregistered_namespaces_are_dropped(tracer: HostTracer) -> None:
+async def test_unregistered_namespaces_cost_the_gateway_nothing(tracer: HostTracer) -> None:
     tag = secrets.token_hex(4)
-    before = tracer.demux.discarded
-    unfollowed = asyncio.ensure_future(
-        in_namespace(tracer, f"cat /etc/unfollowed-{tag}", register=False)
-    )
+    lines, discarded = tracer.demux.lines, tracer.demux.discarded
+    # A namespace nobody follows (a pooled sandbox, another gateway's) prints nothing.
+    await in_namespace(tracer, f"for i in 1 2 3 4 5; do cat /etc/unfollowed-{tag}; done",
+                       register=False)  # fmt: skip
     followed = await in_namespace(tracer, f"cat /etc/followed-{tag}")
-    await unfollowed
     paths = {f.path for f in followed.files}
     assert f"/etc/followed-{tag}" in paths and f"/etc/unfollowed-{tag}" not in paths, paths
-    assert tracer.demux.discarded > before
+    assert tracer.demux.discarded == discarded
+    # The followed one's own lines and its barriers: nothing of the other's five opens.
+    assert tracer.demux.lines - lines < 40, tracer.demux.lines - lines
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_code_cannot_end_or_reset_its_own_record(tracer: HostTracer) -> None:
+    # The markers the gateway uses (barrier, follow, forget), made from inside the
+    # sandbox for its own namespace: ignored, so what follows is still recorded and
+    # the kernel's cap is not reset.
+    tag = secrets.token_hex(4)
+    markers = "; ".join(
+        f"libc.getpriority({which}, ns)" for which in (BARRIER_WHICH, UNREGISTER_WHICH)
+    )
+    script = (
+        'python3 -c "import ctypes, os\n'
+        "libc = ctypes.CDLL(None)\n"
+        "ns = os.stat('/proc/self/ns/pid').st_ino\n"
+        f"{markers}\n"
+        f"try: os.open('/etc/after-markers-{tag}', 0)\n"
+        'except OSError: pass"'
+    )
+    behaviour = await in_namespace(tracer, script)
+    paths = {f.path for f in behaviour.files}
+    assert f"/etc/after-markers-{tag}" in paths, behaviour.as_dict()
+    assert behaviour.reason == "", behaviour.reason
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_backends_share_one_tracer_per_hub() -> None:
+    hub = TracerHub()
+    first, second = (
+        HostCapture(CaptureSettings(), "a", hub),
+        HostCapture(CaptureSettings(), "b", hub),
+    )
+    try:
+        await asyncio.gather(first.start(), second.start())
+        assert first.status() == (True, "") and second.status() == (True, "")
+        assert first.tracer is second.tracer
+        # One backend closing leaves the other's capture on.
+        await first.close()
+        assert second.status() == (True, "")
+    finally:
+        await first.close()
+        await second.close()
+        await hub.close()
+    assert second.tracer is None
 
 
 @pytest.mark.asyncio(loop_scope="module")

@@ -30,7 +30,7 @@ from tests.backends.conftest import assert_docker_host_clean, module_docker_back
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 
-backend = module_docker_backend(lambda: DockerBackend(DockerSettings()))
+backend = module_docker_backend(lambda tracers: DockerBackend(DockerSettings(), tracers=tracers))
 
 
 @pytest.fixture

@@ -13,7 +13,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 
 backend = module_docker_backend(
-    lambda: DockerBackend(DockerSettings(), egress_resolver=conformance_resolver())
+    lambda tracers: DockerBackend(
+        DockerSettings(), egress_resolver=conformance_resolver(), tracers=tracers
+    )
 )
 
 

@@ -29,7 +29,7 @@ from tests.components import missing_component
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 
-backend = module_docker_backend(lambda: GvisorBackend(GvisorSettings()))
+backend = module_docker_backend(lambda tracers: GvisorBackend(GvisorSettings(), tracers=tracers))
 
 
 @pytest.fixture

@@ -14,7 +14,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 
 backend = module_docker_backend(
-    lambda: GvisorBackend(GvisorSettings(), egress_resolver=conformance_resolver())
+    lambda tracers: GvisorBackend(
+        GvisorSettings(), egress_resolver=conformance_resolver(), tracers=tracers
+    )
 )
 
 

@@ -5,10 +5,12 @@ RunsNothing   every run "succeeds" having run nothing (a runtime set to /bin/tru
 ExitsEarly    the interpreter starts and exits before the program (prints a banner)
 AlwaysErrors  every run raises BackendError (refusing is no containment)
 SaysNotApplicable  a program that starts, then finds nothing to try, every time
+SeesNothing   contains everything, says it records behaviour, and records nothing
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from pydantic import BaseModel, ConfigDict
@@ -24,6 +26,7 @@ from backends.base import (
     Status,
     Usage,
 )
+from backends.capture.record import KINDS, Behaviour
 from gateway.escape.technique import start_line
 
 MARK = re.compile(r"execgate-mark-[0-9a-f]{12}")
@@ -97,6 +100,24 @@ class SaysNotApplicable(Broken):
         found = MARK.search(spec.code)
         assert found is not None, spec.code[:200]
         return _result(f'{start_line(found.group())}\n{{"na": "nothing here"}}\n'.encode())
+
+
+class SeesNothing(Broken):
+    """Every probe starts and is contained, and every record (capture "on") is
+    empty: the attempts the sandbox stopped went unseen."""
+
+    name = "sees-nothing"
+
+    def recorded_kinds(self) -> frozenset[str]:
+        return frozenset(KINDS)
+
+    def answer(self, spec: ExecSpec) -> ExecResult:
+        found = MARK.search(spec.code)
+        assert found is not None, spec.code[:200]
+        out = f'{start_line(found.group())}\n{{"escaped": false, "detail": "stopped"}}\n'
+        return dataclasses.replace(
+            _result(out.encode()), behaviour=Behaviour(capture="on", tracer="test")
+        )
 
 
 BROKEN: tuple[type[Broken], ...] = (RunsNothing, ExitsEarly, AlwaysErrors)

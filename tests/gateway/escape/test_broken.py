@@ -20,7 +20,7 @@ from gateway.escape.technique import Outcome
 from gateway.settings.model import Settings
 from tests.backends.conftest import require_root
 from tests.gateway.conftest import auth
-from tests.gateway.escape.broken import BROKEN, Broken, SaysNotApplicable
+from tests.gateway.escape.broken import BROKEN, Broken, SaysNotApplicable, SeesNothing
 from tests.gateway.test_cli import cli_env
 
 ADMIN = "admin:escape-test"
@@ -38,6 +38,23 @@ async def test_no_broken_backend_is_contained_or_sound(broken: type[Broken]) -> 
     assert result.count(Outcome.CONTAINED) == result.count(Outcome.NOT_APPLICABLE) == 0
     assert not result.sound
     assert result.problems == [f"errors: {', '.join(t.id for t in techniques())}"]
+
+
+async def test_attempts_missing_from_their_records_are_not_sound() -> None:
+    # Contained is not enough where capture is on: what the sandbox stopped must
+    # also be in the record of the execution that tried it.
+    require_root()
+    chosen = [t for t in techniques() if t.category in ("host_files", "posture", "kernel")]
+    result = await run_suite(SeesNothing(), chosen)
+    assert result.count(Outcome.CONTAINED) == len(chosen)
+    expected = [t.id for t in chosen if t.expected]
+    assert expected and len(expected) < len(chosen)  # posture tries nothing recordable
+    assert result.problems == [f"not in their behaviour record: {', '.join(expected)}"]
+    assert not result.sound
+    # Where capture is off nothing can be asked of the record.
+    blind = SeesNothing()
+    blind.recorded_kinds = frozenset  # type: ignore[method-assign]
+    assert (await run_suite(blind, chosen)).sound
 
 
 async def test_not_applicable_past_the_ceiling_is_not_sound() -> None:

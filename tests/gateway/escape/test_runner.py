@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from backends.capture.host import TracerHub
 from backends.capture.settings import CaptureSettings
 from backends.docker.backend import DockerBackend
 from backends.docker.gvisor import GvisorBackend
@@ -34,11 +35,14 @@ def assert_nothing_escaped(result: SuiteResult, capsys: pytest.CaptureFixture[st
 
 
 async def test_nsjail_contains_every_technique(
-    escape_nsjail_settings: NsjailSettings, capsys: pytest.CaptureFixture[str]
+    escape_nsjail_settings: NsjailSettings,
+    capsys: pytest.CaptureFixture[str],
+    tracer_hub: TracerHub,
 ) -> None:
     # Capture on: the report counts the techniques each backend recorded.
     backend = NsjailBackend(
-        escape_nsjail_settings.model_copy(update={"capture": CaptureSettings()})
+        escape_nsjail_settings.model_copy(update={"capture": CaptureSettings()}),
+        tracers=tracer_hub,
     )
     await backend.start()
     try:
@@ -57,8 +61,9 @@ async def test_docker_backends_contain_every_technique(
     backend_class: type[DockerBackend],
     settings: DockerSettings,
     capsys: pytest.CaptureFixture[str],
+    tracer_hub: TracerHub,
 ) -> None:
-    backend = await start_docker_backend(backend_class(settings))
+    backend = await start_docker_backend(backend_class(settings, tracers=tracer_hub))
     try:
         result = await run_suite(backend)
     finally:
