@@ -52,7 +52,7 @@ MAP_KEYS = 16384
 
 # File operation codes the program prints.
 OPS = {1: "open", 2: "create", 3: "unlink", 4: "rename", 5: "mkdir", 6: "rmdir", 7: "stat",
-       8: "connect"}  # fmt: skip
+       8: "connect", 9: "chmod", 10: "chown", 11: "write", 12: "mknod", 13: "create"}  # fmt: skip
 # A connect's flags: the unix socket name is abstract (no file; shown "@name").
 ABSTRACT = 1
 # Signal-like system call codes.
@@ -95,6 +95,20 @@ _FILE_CALLS = (
     ("faccessat2", 7, "filename", "", "0"),
     ("readlink", 7, "path", "", "0"),
     ("readlinkat", 7, "pathname", "", "0"),
+    # Changes to a file's mode, owner or size, and new names for files: always kept.
+    ("chmod", 9, "filename", "", "0"),
+    ("fchmodat", 9, "filename", "", "0"),
+    ("chown", 10, "filename", "", "0"),
+    ("lchown", 10, "filename", "", "0"),
+    ("fchownat", 10, "filename", "", "0"),
+    ("truncate", 11, "path", "", "0"),
+    ("mknod", 12, "filename", "", "0"),
+    ("mknodat", 12, "filename", "", "0"),
+    # A link or symlink: a new file at its name (as gVisor's trace records it).
+    ("link", 13, "newname", "", "0"),
+    ("linkat", 13, "newname", "", "0"),
+    ("symlink", 13, "newname", "", "0"),
+    ("symlinkat", 13, "newname", "", "0"),
 )
 AF_UNIX = 1
 # (tracepoint, code, target expression, signal/request expression)

@@ -29,7 +29,7 @@ ENTRY_OVERHEAD = 48
 
 # File operations a record names.
 FILE_OPS = ("open", "read", "create", "write", "rename", "unlink", "mkdir", "rmdir", "exec",
-            "stat", "connect")  # fmt: skip
+            "stat", "connect", "chmod", "chown", "mknod")  # fmt: skip
 # The kinds of attempt a record can hold; a backend says which it captures
 # (SandboxBackend.recorded_kinds) and the escape suite which each technique leaves.
 KINDS = ("files", "lookups", "sockets", "programs", "signals", "syscalls")

@@ -794,6 +794,39 @@ class BehaviourConformance:
             refused = dict(result.behaviour.syscalls_refused)
             assert name in refused, (name, result.status, result.behaviour.as_dict())
 
+    async def test_behaviour_file_changes_beyond_open(self, backend: SandboxBackend) -> None:
+        # A mode, an owner, a size and new names: the changes besides open and rename,
+        # failed (outside the workspace) and done (inside it).
+        tag = secrets.token_hex(4)
+        code = (
+            "import os\n"
+            "open('/workspace/f', 'w').write('x')\n"
+            "os.chmod('/workspace/f', 0o600)\n"
+            "os.truncate('/workspace/f', 0)\n"
+            "os.link('/workspace/f', '/workspace/hard')\n"
+            "os.symlink('/etc/passwd', '/workspace/soft')\n"
+            f"for call in (lambda: os.chmod('/etc/passwd-{tag}', 0o777),\n"
+            f"             lambda: os.chown('/etc/shadow-{tag}', 0, 0),\n"
+            f"             lambda: os.truncate('/etc/hosts-{tag}', 0)):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except OSError:\n"
+            "        pass\n"
+        )
+        behaviour, seen = await files_seen(backend, code)
+        assert {
+            ("write", "/workspace/f", "ok"),
+            ("create", "/workspace/hard", "ok"),
+            ("create", "/workspace/soft", "ok"),
+            ("write", f"/etc/hosts-{tag}", "ENOENT"),
+        } <= seen, behaviour.as_dict()
+        if backend.name != "docker-gvisor":  # its trace has no chmod or chown
+            assert {
+                ("chmod", "/workspace/f", "ok"),
+                ("chmod", f"/etc/passwd-{tag}", "ENOENT"),
+                ("chown", f"/etc/shadow-{tag}", "ENOENT"),
+            } <= seen, behaviour.as_dict()
+
     async def test_behaviour_flood_stays_bounded(self, backend: SandboxBackend) -> None:
         code = (
             "import os\n"
