@@ -16,7 +16,7 @@ review := review_of(input)
 
 review_of(inp) := {"flags": sort_flags(review_flags(inp))}
 
-review_flags(inp) := ((((((credential_flags(inp) | privilege_flags(inp)) | architecture_flags(inp)) | socket_flags(inp)) | process_flags(inp)) | program_flags(inp)) | network_flags(inp)) | overflow_flags(inp)
+review_flags(inp) := (((((((credential_flags(inp) | privilege_flags(inp)) | architecture_flags(inp)) | socket_flags(inp)) | ipc_flags(inp)) | process_flags(inp)) | program_flags(inp)) | network_flags(inp)) | overflow_flags(inp)
 
 # Paths whose reading is a credential grab, wherever the code found them.
 credential_prefixes := [
@@ -87,6 +87,15 @@ socket_flags(inp) := {flag |
 	some name in runtime_sockets
 	contains(f.path, name)
 	flag := {"rule": "runtime_socket", "severity": "high", "detail": concat("", ["connect ", f.path, ": ", f.result])}
+}
+
+# A SysV IPC object asked for by a key the code did not make (the get failed):
+# looking for a neighbour's shared memory, queue or semaphores.
+ipc_flags(inp) := {flag |
+	some f in object.get(inp, ["behaviour", "files"], [])
+	f.op == "ipc"
+	f.result != "ok"
+	flag := {"rule": "ipc_probe", "severity": "medium", "detail": concat("", ["ipc ", f.path, ": ", f.result])}
 }
 
 # Signals or tracing aimed at a process the code did not start (pid 1, or a

@@ -114,3 +114,14 @@ test_runtime_sockets_flagged if {
 	rules_of(r) == ["runtime_socket", "runtime_socket"]
 	r.flags[0].detail == "connect /run/containerd/containerd.sock: ENOENT"
 }
+
+test_ipc_probes_flagged if {
+	b := object.union(empty_behaviour, {"files": [
+		{"op": "ipc", "path": "shm:0x0000c0de", "result": "ENOENT", "count": 1},
+		{"op": "ipc", "path": "msg:0x0000c0df", "result": "EACCES", "count": 1},
+		{"op": "ipc", "path": "sem:0x0000c0e0", "result": "ok", "count": 1},
+	]})
+	r := execgate.review_of(review_input(b, []))
+	rules_of(r) == ["ipc_probe", "ipc_probe"]
+	r.flags[0].severity == "medium"
+}

@@ -64,6 +64,8 @@ SIGNAL_CALLS = {
     5: "process_vm_readv",
     6: "process_vm_writev",
 }
+# SysV IPC look-ups by key (IPC_PRIVATE, 0, makes a new private object: not one).
+IPC_CALLS = {1: "shm", 2: "msg", 3: "sem"}
 O_ACCMODE, O_CREAT, O_TRUNC = 0o3, 0o100, 0o1000
 OPEN_CHANGES = O_ACCMODE | O_CREAT | O_TRUNC
 # The head of a path the kernel side compares with the prefixes below (a short read:
@@ -198,6 +200,19 @@ def program(level: int, cap: int, refusable: Sequence[str] = (), gateway_pid: in
         "  delete(@op[tid]); delete(@a[tid]); delete(@b[tid]); delete(@fl[tid]);"
         " delete(@plain[tid]); delete(@lookup[tid]); }"
     )
+    # A SysV IPC object asked for by its key: where a sandbox looks for a
+    # neighbour's shared memory, queue or semaphores (its own IPC namespace answers).
+    for code, name in IPC_CALLS.items():
+        parts.append(
+            f"tracepoint:syscalls:sys_enter_{name}get {inside} {{ {ns}"
+            f" if (@on[$ns] && args->key != 0) {{ @ic[tid] = {code}; @ik[tid] = args->key; }} }}"
+        )
+    exits = ", ".join(f"tracepoint:syscalls:sys_exit_{name}get" for name in IPC_CALLS.values())
+    parts.append(
+        f"{exits} /@ic[tid]/ {{ {head} {gate}\n"
+        '  printf("k %u %d %llu %d %lld %d\\n", $ns, $p, nsecs, @ic[tid], @ik[tid], args->ret); }\n'
+        "  delete(@ic[tid]); delete(@ik[tid]); }"
+    )
     # execve: path and arguments at entry (after a successful exec they are gone).
     args = "".join(
         f"  if ($go) {{ $s = (uint64)*(args->argv + {i}); if ($s == 0) {{ $go = 0; }} else {{"
@@ -265,7 +280,7 @@ def program(level: int, cap: int, refusable: Sequence[str] = (), gateway_pid: in
         "  delete(@in[tid]); delete(@op[tid]); delete(@a[tid]); delete(@b[tid]);"
         " delete(@plain[tid]); delete(@lookup[tid]);"
         " delete(@fl[tid]); delete(@x[tid]); delete(@sg[tid]); delete(@st[tid]);"
-        " delete(@ss[tid]);\n"
+        " delete(@ss[tid]); delete(@ic[tid]); delete(@ik[tid]);\n"
         f"  if (curtask->thread_pid->level == {k} && {upid}->nr == 1) {{ {head}\n"
         '    if (@on[$ns]) { printf("z %u %d %llu %d\\n", $ns, $p, nsecs, @over[$ns]);'
         " delete(@over[$ns]); delete(@n[$ns]); } } }"
@@ -343,6 +358,7 @@ SHAPES: dict[str, tuple[int, bool]] = {
     "a": (0, True),  # exec argument
     "X": (1, False),  # exec result
     "s": (4, False),  # call, target, signal/request, ret
+    "k": (3, False),  # SysV IPC call, key, ret
     "r": (2, False),  # syscall number, ret
     "z": (1, False),  # over count (the namespace's init exited)
     "b": (1, False),  # over count (barrier; pid is the CPU)

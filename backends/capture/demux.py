@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from backends.capture.bpftrace import (
     ABSTRACT,
     AT_REMOVEDIR,
+    IPC_CALLS,
     MAX_ARGS,
     OPS,
     SIGNAL_CALLS,
@@ -25,7 +26,7 @@ from backends.capture.bpftrace import (
     open_op,
     parse,
 )
-from backends.capture.record import BehaviourRecorder
+from backends.capture.record import BehaviourRecorder, ipc_name
 from backends.capture.syscalls import call_name
 
 DATA = b'"data": "'
@@ -173,6 +174,9 @@ class Demux:
         elif kind == "s":
             code, target, sig, ret = values
             recorder.signal(SIGNAL_CALLS.get(code, "?"), target, sig, ret)
+        elif kind == "k":
+            code, key, ret = values
+            recorder.file("ipc", ipc_name(IPC_CALLS.get(code, "?"), key), ret)
         elif kind == "r":
             recorder.refused(self.call_name(values[0]))
 

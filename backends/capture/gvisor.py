@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backends.capture.record import BehaviourRecorder
+from backends.capture.record import BehaviourRecorder, ipc_name
 from backends.capture.syscalls import call_name
 
 TRACER = "gvisor-strace"
@@ -47,6 +47,12 @@ TRACED = (
     "execve", "execveat", "kill", "tkill", "tgkill", "ptrace", "process_vm_readv",
     "process_vm_writev", "pidfd_send_signal", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
     "chdir", "fchdir",
+    # Look-ups (failures are kept), unix-socket connects, mode and owner changes,
+    # device nodes. faccessat2 is not here: this build's strace has no such name, so
+    # a failed faccessat2 (glibc's faccessat tries it first) is not recorded.
+    "stat", "lstat", "newfstatat", "statx", "access", "faccessat", "readlink",
+    "readlinkat", "connect", "chmod", "fchmodat", "chown", "lchown", "fchownat",
+    "mknod", "mknodat", "shmget", "msgget", "semget",
 )  # fmt: skip
 # What the capture runtime's args must hold (backends/docker/gvisor.py checks them).
 REQUIRED_ARGS = ("--strace", "--debug")
@@ -126,6 +132,23 @@ FORMS: dict[str, re.Pattern[str]] = {
     "rt_tgsigqueueinfo": _fields((_NUM, "pid"), (_NUM, "tid"), (_SIG, "sig"), (ANY, "")),
     "pidfd_send_signal": _fields((r"(?P<{}>.*)", "pid"), (_SIG, "sig"), (ANY, ""), (ANY, "")),
     "ptrace": _fields((_SIG, "sig"), (_NUM, "pid"), (ANY, ""), (ANY, "")),
+    # Look-ups: a failed one prints its buffer as a bare address; a successful one
+    # (whose struct has commas, and which a record does not keep) does not match.
+    "stat": _fields(PATH1, (ANY, "")),
+    "lstat": _fields(PATH1, (ANY, "")),
+    "newfstatat": _fields(DIR1, PATH1, (ANY, ""), (ANY, "")),
+    "statx": _fields(DIR1, PATH1, (ANY, ""), (ANY, ""), (ANY, "")),
+    "access": _fields(PATH1, (ANY, "")),
+    "faccessat": _fields(DIR1, PATH1, (ANY, "")),
+    "readlink": _fields(PATH1, (ANY, ""), (ANY, "")),
+    "readlinkat": _fields(DIR1, PATH1, (ANY, ""), (ANY, "")),
+    "chmod": _fields(PATH1, (ANY, "")),
+    "fchmodat": _fields(DIR1, PATH1, (ANY, "")),
+    "chown": _fields(PATH1, (ANY, ""), (ANY, "")),
+    "lchown": _fields(PATH1, (ANY, ""), (ANY, "")),
+    "fchownat": _fields(DIR1, PATH1, (ANY, ""), (ANY, ""), (ANY, "")),
+    "mknod": _fields(PATH1, (ANY, ""), (ANY, "")),
+    "mknodat": _fields(DIR1, PATH1, (ANY, ""), (ANY, "")),
     "process_vm_readv": re.compile(r"(?P<pid>0x[0-9a-f]+|-?\d+), .*\Z", re.S),
     "process_vm_writev": re.compile(r"(?P<pid>0x[0-9a-f]+|-?\d+), .*\Z", re.S),
 }
@@ -134,6 +157,20 @@ EXEC = re.compile(
     r"0x[0-9a-f]+ \[.*\Z",
     re.S,
 )
+# connect(2) to a unix socket: the address as Go quotes it (an abstract name starts
+# with a NUL and is cut to the address length). Other families are the network's.
+CONNECT_UNIX = re.compile(
+    r"(?:0x[0-9a-f]+|-?\d+)(?: .*?)?, 0x[0-9a-f]+ \{Family: AF_UNIX, Addr: (?P<addr>\".*\")\}, "
+    r"(?:0x[0-9a-f]+|\d+)\Z",
+    re.S,
+)
+# SysV IPC gets: the key first (IPC_PRIVATE, 0, asks for no one's object).
+IPC_GET = re.compile(r"(?P<key>0x[0-9a-f]+|-?\d+), .*\Z", re.S)
+# The calls a record names by another operation.
+OPS = {"creat": "create", "truncate": "write", "mkdirat": "mkdir", "fchmodat": "chmod",
+       "lchown": "chown", "fchownat": "chown", "mknodat": "mknod",
+       **dict.fromkeys(("stat", "lstat", "newfstatat", "statx", "access", "faccessat",
+                        "readlink", "readlinkat"), "stat")}  # fmt: skip
 QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
 PTRACE_REQUESTS = {"PTRACE_TRACEME": 0, "PTRACE_PEEKTEXT": 1, "PTRACE_PEEKDATA": 2,
                    "PTRACE_POKETEXT": 4, "PTRACE_POKEDATA": 5, "PTRACE_CONT": 7,
@@ -241,6 +278,17 @@ class TraceParser:
         if name in ("chdir", "fchdir"):
             self.cwd.pop(tgid, None)
             return
+        if name in ("shmget", "msgget", "semget"):
+            if (found := IPC_GET.match(args)) and (key := _int(found.group("key"))) != 0:
+                self.recorder.file("ipc", ipc_name(name[:3], key), ret)
+            return
+        if name == "connect":
+            if found := CONNECT_UNIX.match(args):
+                address = _unquote(found.group("addr"))
+                if address.startswith("\x00"):
+                    address = "@" + address[1:]
+                self.recorder.file("connect", address, ret)
+            return
         form = FORMS.get(name)
         found = form.match(args) if form is not None else None
         if found is None:
@@ -268,7 +316,7 @@ class TraceParser:
         elif name == "unlinkat":
             op = "rmdir" if _int(fields["flags"]) & AT_REMOVEDIR else "unlink"
         else:
-            op = {"creat": "create", "truncate": "write", "mkdirat": "mkdir"}.get(name, name)
+            op = OPS.get(name, name)
         self.recorder.file(op, path, ret)
 
     def _signal(self, name: str, tgid: int, fields: dict[str, str], ret: int) -> None:

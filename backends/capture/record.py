@@ -29,13 +29,14 @@ ENTRY_OVERHEAD = 48
 
 # File operations a record names.
 FILE_OPS = ("open", "read", "create", "write", "rename", "unlink", "mkdir", "rmdir", "exec",
-            "stat", "connect", "chmod", "chown", "mknod")  # fmt: skip
+            "stat", "connect", "chmod", "chown", "mknod", "ipc")  # fmt: skip
 # The kinds of attempt a record can hold; a backend says which it captures
 # (SandboxBackend.recorded_kinds) and the escape suite which each technique leaves.
-KINDS = ("files", "lookups", "sockets", "programs", "signals", "syscalls")
-# File operations that are kinds of their own: a look-up (stat, access, readlink)
-# and a connect to a unix socket; every other one is "files".
-FILE_KINDS = {"stat": "lookups", "connect": "sockets"}
+KINDS = ("files", "lookups", "sockets", "ipc", "programs", "signals", "syscalls")
+# File operations that are kinds of their own: a look-up (stat, access, readlink),
+# a connect to a unix socket and a SysV IPC object asked for by key (its "path" is
+# ipc_name's); every other one is "files".
+FILE_KINDS = {"stat": "lookups", "connect": "sockets", "ipc": "ipc"}
 # Where a successful read is worth a reviewer's eye (the runtime's own read-only
 # files and the workspace are not).
 SENSITIVE_PREFIXES = ("/proc", "/sys", "/etc", "/dev", "/root", "/home", "/var", "/run", "/boot")
@@ -65,6 +66,11 @@ def runtime_lookup(op: str, path: str, result: str) -> bool:
         and result == "ENOENT"
         and any(path.startswith(p + "/") for p in RUNTIME_PREFIXES)
     )
+
+
+def ipc_name(kind: str, key: int) -> str:
+    """A SysV IPC object as a record names it: "shm:0x0000c0de" (kind shm, msg, sem)."""
+    return f"{kind}:0x{key & 0xFFFFFFFF:08x}"
 
 
 def _clip(text: str, limit: int) -> str:

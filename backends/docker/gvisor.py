@@ -46,7 +46,7 @@ from backends.egress.addresses import NameResolver
 
 WATCH_INTERVAL_S = 0.5
 # The kinds of attempt (record.KINDS) gVisor's own trace gives.
-GVISOR_KINDS = frozenset({"files", "programs", "signals", "syscalls"})
+GVISOR_KINDS = frozenset({"files", "lookups", "sockets", "ipc", "programs", "signals", "syscalls"})
 WATCH_BYTES = 4 * 1024 * 1024
 # A program that does nothing but print a line, per language: what its record holds
 # is the runtime's (node opens /dev/null once it writes to a pipe), not the code's.

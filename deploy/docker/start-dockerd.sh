@@ -46,7 +46,9 @@ STRACE = [
     "--strace-syscalls=open,openat,creat,rename,renameat,renameat2,unlink,unlinkat,mkdir,"
     "mkdirat,rmdir,link,linkat,symlink,symlinkat,truncate,execve,execveat,kill,tkill,"
     "tgkill,ptrace,process_vm_readv,process_vm_writev,pidfd_send_signal,"
-    "rt_sigqueueinfo,rt_tgsigqueueinfo,chdir,fchdir",
+    "rt_sigqueueinfo,rt_tgsigqueueinfo,chdir,fchdir,stat,lstat,newfstatat,statx,access,"
+    "faccessat,readlink,readlinkat,connect,chmod,fchmodat,chown,lchown,fchownat,mknod,mknodat,"
+    "shmget,msgget,semget",
     "--strace-log-size=64",
     "--debug",
 ]

@@ -37,7 +37,7 @@ LEAVES: dict[str, frozenset[str]] = {
     "secrets": frozenset({"files"}),
     "kernel": frozenset({"files", "syscalls"}),
     "privilege": frozenset({"syscalls", "files", "programs"}),
-    "neighbours": frozenset({"signals", "syscalls", "files", "lookups", "sockets"}),
+    "neighbours": frozenset({"signals", "syscalls", "files", "lookups", "sockets", "ipc"}),
 }
 
 

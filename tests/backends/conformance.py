@@ -30,7 +30,7 @@ from backends.base import (
     SandboxBackend,
     Status,
 )
-from backends.capture.record import Behaviour
+from backends.capture.record import Behaviour, ipc_name
 from backends.egress.boundary import TUN_NAME
 from backends.egress.veth import LINK as VETH_LINK
 from tests.components import missing_component
@@ -742,7 +742,7 @@ class BehaviourConformance:
     async def test_behaviour_lookups_and_unix_sockets(self, backend: SandboxBackend) -> None:
         # What the code looked for without opening it (stat, access, readlink) and the
         # unix sockets it tried, by path or abstract name, where the backend says it
-        # records them (gVisor's trace has neither); a shell's PATH search is not news.
+        # records them; a shell's PATH search is not news.
         kinds = backend.recorded_kinds()
         tag = secrets.token_hex(4)
         code = (
@@ -778,6 +778,27 @@ class BehaviourConformance:
         # Nothing of the PATH search for sh, nothing the backend does not record.
         assert not any(f.path.startswith(("/usr/", "/bin/", "/sbin/")) for f in behaviour.files)
         assert behaviour.kinds() <= kinds, (kinds, behaviour.as_dict())
+
+    async def test_behaviour_sysv_ipc_keys(self, backend: SandboxBackend) -> None:
+        # SysV objects asked for by key (a neighbour's shared memory, queue or
+        # semaphores); a private object (IPC_PRIVATE) is not a look-up.
+        key = secrets.randbelow(1 << 30) + 1
+        code = (
+            "import ctypes\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            f"libc.syscall(29, {key}, 0, 0)\n"  # shmget
+            f"libc.syscall(68, {key + 1}, 0)\n"  # msgget
+            f"libc.syscall(64, {key + 2}, 0, 0)\n"  # semget
+            "libc.syscall(29, 0, 4096, 0o1600)\n"  # shmget(IPC_PRIVATE, IPC_CREAT)
+        )
+        behaviour, seen = await files_seen(backend, code)
+        if "ipc" in backend.recorded_kinds():
+            assert {
+                ("ipc", ipc_name("shm", key), "ENOENT"),
+                ("ipc", ipc_name("msg", key + 1), "ENOENT"),
+                ("ipc", ipc_name("sem", key + 2), "ENOENT"),
+            } <= seen, behaviour.as_dict()
+        assert not any(f.path == ipc_name("shm", 0) for f in behaviour.files)
 
     async def test_behaviour_other_architectures(self, backend: SandboxBackend) -> None:
         # The x32 numbers and a 32-bit call (int 0x80): no per-call tracepoint sees
@@ -827,12 +848,11 @@ class BehaviourConformance:
             ("create", "/workspace/soft", "ok"),
             ("write", f"/etc/hosts-{tag}", "ENOENT"),
         } <= seen, behaviour.as_dict()
-        if backend.name != "docker-gvisor":  # its trace has no chmod or chown
-            assert {
-                ("chmod", "/workspace/f", "ok"),
-                ("chmod", f"/etc/passwd-{tag}", "ENOENT"),
-                ("chown", f"/etc/shadow-{tag}", "ENOENT"),
-            } <= seen, behaviour.as_dict()
+        assert {
+            ("chmod", "/workspace/f", "ok"),
+            ("chmod", f"/etc/passwd-{tag}", "ENOENT"),
+            ("chown", f"/etc/shadow-{tag}", "ENOENT"),
+        } <= seen, behaviour.as_dict()
 
     async def test_behaviour_flood_stays_bounded(self, backend: SandboxBackend) -> None:
         code = (

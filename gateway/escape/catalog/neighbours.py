@@ -58,23 +58,22 @@ TECHNIQUES = [
     Technique("neighbours.sysv_ipc", "neighbours", "attach the host's SysV shm and msg canaries",
               python("shm, e1 = sc(29, H['sysv_key'], 0, 0)\nmsg, e2 = sc(68, H['sysv_key'], 0)\n"
                      "report(shm >= 0 or msg >= 0, f'shmget={shm} {e1} msgget={msg} {e2}')\n"),
-              # A key looked up in the sandbox's own IPC namespace, answered ENOENT: the
-              # record has no kind for SysV keys (the host's objects are checked instead).
-              leaves=frozenset()),
+              # keys looked up in the sandbox's own IPC namespace (answered ENOENT).
+              leaves=frozenset({"ipc"})),
     Technique("neighbours.posix_ipc", "neighbours", "see the host's POSIX shm canary",
               python("seen = os.path.exists('/dev/shm/' + H['posix_shm'])\n"
                      "report(seen, 'visible' if seen else 'not visible')\n"),
-              # a look-up of /dev/shm: recorded where the backend records lookups (not gVisor's trace).
+              # a look-up of /dev/shm.
               leaves=frozenset({"lookups"})),
     Technique("neighbours.abstract_socket", "neighbours", "connect to a host abstract unix socket",
               python(CONNECT + "ok, how = reach(socket.AF_UNIX, socket.SOCK_STREAM, '\\0' + H['abstract'])\n"
                      "report(ok, how)\n"),
-              # a connect to a unix socket: recorded where the backend records sockets (not gVisor's trace).
+              # a connect to a unix socket.
               leaves=frozenset({"sockets"})),
     Technique("neighbours.runtime_sockets", "neighbours", "reach docker.sock, containerd, the gateway socket",
               python(CONNECT + "hits = [p for p in H['sockets'] if reach(socket.AF_UNIX, socket.SOCK_STREAM, p)[0]]\n"
                      "report(hits, ', '.join(hits) or 'none reachable')\n"),
-              # connects to unix sockets: recorded where the backend records sockets (not gVisor's trace).
+              # connects to unix sockets.
               leaves=frozenset({"sockets"})),
     Technique("neighbours.tiocsti", "neighbours", "push input into a terminal (TIOCSTI)",
               python(r"""

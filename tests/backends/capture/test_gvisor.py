@@ -12,8 +12,8 @@ from backends.capture.record import Baseline, Behaviour, BehaviourRecorder
 NAMES = {165: "mount", 101: "ptrace"}
 
 
-def parse(*messages: str, baseline: Baseline | None = None) -> Behaviour:
-    recorder = BehaviourRecorder("gvisor-strace", baseline or Baseline(), max_files=8)
+def parse(*messages: str, baseline: Baseline | None = None, max_files: int = 8) -> Behaviour:
+    recorder = BehaviourRecorder("gvisor-strace", baseline or Baseline(), max_files=max_files)
     parser = TraceParser(recorder, NAMES)
     for msg in messages:
         parser.message(msg)
@@ -30,6 +30,8 @@ def py(call: str, ret: str = "= 0 (0x0)") -> str:
 
 ENOENT = "= 0 (0x0) errno=2 (no such file or directory)"
 EROFS = "= 0 (0x0) errno=30 (read-only file system)"
+EPERM = "= 0 (0x0) errno=1 (operation not permitted)"
+EACCES = "= 0 (0x0) errno=13 (permission denied)"
 
 
 def test_file_operations_with_their_errno() -> None:
@@ -59,7 +61,7 @@ def test_a_chdir_forgets_the_working_directory() -> None:
     b = parse(
         exit_line(2, "sh", "openat(AT_FDCWD /tmp, 0x7f /x, O_RDONLY, 0o0)", ENOENT),
         exit_line(2, "sh", "chdir(0x7f /etc)"),
-        exit_line(2, "sh", "unlink(0x7f shadow)", "= 0 (0x0) errno=13 (permission denied)"),
+        exit_line(2, "sh", "unlink(0x7f shadow)", EACCES),
     )
     assert ("unlink", "shadow", "EACCES") in {(f.op, f.path, f.result) for f in b.files}
 
@@ -162,3 +164,93 @@ def test_a_runtime_without_the_strace_is_named() -> None:
     assert "lacks --debug" in untraced("x", {"runtimeArgs": ["--strace"]})
     partial = ["--strace", "--debug", "--strace-syscalls=openat"]
     assert "does not trace" in untraced("x", {"runtimeArgs": partial})
+
+
+def test_lookups_sockets_modes_and_owners() -> None:
+    # The lines as this runsc writes them (each taken from a real trace).
+    b = parse(
+        py("newfstatat(AT_FDCWD /workspace, 0x7f /etc/shadow-x, 0x7fb7, 0x0)", ENOENT),
+        py("newfstatat(0x3 /etc, 0x7f nope-st, 0x7fa9, 0x0)", ENOENT),
+        py("statx(AT_FDCWD /workspace, 0x7f /nope/statx, 0x0, 0xfff, 0x7fc2)", ENOENT),
+        py("stat(0x7f /root/.kube/config, 0x7fb7)", ENOENT),
+        py("lstat(0x7f /proc/1/root/x, 0x7fb7)", ENOENT),
+        py("access(0x7f /etc/sudoers-x, 0o4)", ENOENT),
+        py("faccessat(0x3 /etc, 0x7f nope-acc, 0o4)", ENOENT),
+        py("readlink(0x7f /root/link, 0x7fb7, 0x1000)", ENOENT),
+        py("readlinkat(0x3 /etc, 0x7f nope-rl, 0x7fa9, 0x1000)", ENOENT),
+        py(
+            'connect(0x3 socket:[1], 0x7fb7 {Family: AF_UNIX, Addr: "/var/run/docker.sock"}, 0x17)',
+            ENOENT,
+        ),
+        py(
+            'connect(0x3 socket:[1], 0x7fb7 {Family: AF_UNIX, Addr: "\\x00abstract-x"}, 0xd)',
+            "= 0 (0x0) errno=111 (connection refused)",
+        ),
+        py("chmod(0x7f /etc/passwd, 0o777)", EPERM),
+        py("fchmodat(0x3 /etc, 0x7f group, 0o777)", EPERM),
+        py("chown(0x7f /etc/passwd, 0x0, 0x0)", EPERM),
+        py("lchown(0x7f /etc/group, 0x1, 0x1)", EPERM),
+        py("fchownat(0x3 /etc, 0x7f hosts, 0x1, 0x1, 0x0)", EPERM),
+        py("mknodat(AT_FDCWD /workspace, 0x7f /etc/nod, S_IFCHR|0o600, 0x103)", EACCES),
+        py("mknod(0x7f /workspace/n, 0o600, 0x0)"),
+        max_files=32,
+    )
+    assert {(f.op, f.path, f.result) for f in b.files} == {
+        ("stat", "/etc/shadow-x", "ENOENT"),
+        ("stat", "/etc/nope-st", "ENOENT"),
+        ("stat", "/nope/statx", "ENOENT"),
+        ("stat", "/root/.kube/config", "ENOENT"),
+        ("stat", "/proc/1/root/x", "ENOENT"),
+        ("stat", "/etc/sudoers-x", "ENOENT"),
+        ("stat", "/etc/nope-acc", "ENOENT"),
+        ("stat", "/root/link", "ENOENT"),
+        ("stat", "/etc/nope-rl", "ENOENT"),
+        ("connect", "/var/run/docker.sock", "ENOENT"),
+        ("connect", "@abstract-x", "ECONNREFUSED"),
+        ("chmod", "/etc/passwd", "EPERM"),
+        ("chmod", "/etc/group", "EPERM"),
+        ("chown", "/etc/passwd", "EPERM"),
+        ("chown", "/etc/group", "EPERM"),
+        ("chown", "/etc/hosts", "EPERM"),
+        ("mknod", "/etc/nod", "EACCES"),
+        ("mknod", "/workspace/n", "ok"),
+    }
+    assert b.kinds() == {"files", "lookups", "sockets"}
+
+
+def test_found_look_ups_and_other_families_are_not_kept() -> None:
+    stat = (
+        "newfstatat(AT_FDCWD /workspace, 0x7f /usr/bin/python3, 0x7fb7 {dev=8, ino=16,"
+        " mode=S_IFREG|0o755, nlink=1, uid=0, gid=0, rdev=0, size=6834488}, 0x0)"
+    )
+    b = parse(
+        py(stat),
+        py('readlink(0x7f /etc/alt, 0x7fb7 "a, b", 0x1000)', "= 4 (0x4)"),
+        py("connect(0x3 socket:[1], 0x7fb7 {Family: AF_INET, Addr: 127.0.0.1, Port: 80}, 0x10)"),
+    )
+    assert b.empty, b.as_dict()
+
+
+def test_a_socket_name_shaped_like_the_line_is_one_name() -> None:
+    # Go quotes the address: a crafted name cannot end it early or add a field.
+    forged = '"/x\\"}, 0x17) = 0 (0x0)"'
+    b = parse(
+        py(f"connect(0x3 socket:[1], 0x7fb7 {{Family: AF_UNIX, Addr: {forged}}}, 0x17)", ENOENT),
+    )
+    assert [(f.op, f.path, f.result) for f in b.files] == [
+        ("connect", '/x"}, 0x17) = 0 (0x0)', "ENOENT")
+    ]
+
+
+def test_sysv_keys_but_not_private_objects() -> None:
+    b = parse(
+        py("shmget(0xc0de, 0x0, 0x0)", ENOENT),
+        py("msgget(0xc0df, 0x0)", ENOENT),
+        py("semget(0xffffffff, 0x0, 0x0)", ENOENT),
+        py("shmget(0x0, 0x1000, 0x380)", "= 1 (0x1)"),
+    )
+    assert [(f.op, f.path, f.result) for f in b.files] == [
+        ("ipc", "shm:0x0000c0de", "ENOENT"),
+        ("ipc", "msg:0x0000c0df", "ENOENT"),
+        ("ipc", "sem:0xffffffff", "ENOENT"),
+    ]

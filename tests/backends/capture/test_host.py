@@ -182,3 +182,22 @@ def test_lookups_sockets_and_other_architectures_are_named() -> None:
     ]
     assert dict(b.syscalls_refused) == {"x32 unshare": 1, "i386 unshare": 1, "i386 syscall 999": 1}
     assert b.kinds() == {"lookups", "sockets", "syscalls"}
+
+
+def test_sysv_keys_are_named_by_kind_and_key() -> None:
+    mine = capture()
+    demux = demux_with(mine)
+    for data in (
+        f"k {NS} 5 200 1 {0xC0DE} -2",
+        f"k {NS} 5 201 2 -1 -13",  # key_t is an int: -1 is 0xffffffff
+        f"k {NS} 5 202 3 {0xC0E0} 3",
+        f"k {NS} 5 203 1 {0xC0DE} x",  # malformed: no record
+    ):
+        demux.feed(printed(data))
+    b = mine.recorder.finish()
+    assert [(f.op, f.path, f.result) for f in b.files] == [
+        ("ipc", "shm:0x0000c0de", "ENOENT"),
+        ("ipc", "msg:0xffffffff", "EACCES"),
+        ("ipc", "sem:0x0000c0e0", "ok"),
+    ]
+    assert b.kinds() == {"ipc"}
