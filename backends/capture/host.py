@@ -26,6 +26,7 @@ import concurrent.futures
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -498,10 +499,18 @@ class HostCapture:
         if not on or self.tracer is None:
             return why
         tracer = self.tracer
+        registering = asyncio.ensure_future(
+            asyncio.to_thread(tracer.register, pid, self.recorder(language), skip_pid)
+        )
         try:
-            return await asyncio.to_thread(tracer.register, pid, self.recorder(language), skip_pid)
+            return await asyncio.shield(registering)
         except (OSError, CaptureUnavailable) as exc:
             return f"cannot follow this sandbox: {exc}"
+        except asyncio.CancelledError:
+            # The thread registers anyway: forget it once it has, or the kernel would
+            # go on printing that namespace (and the next sandbox to reuse its inode).
+            registering.add_done_callback(functools.partial(_forget, tracer))
+            raise
 
     async def end(self, capture: Capture | str) -> Behaviour:
         if isinstance(capture, str):
@@ -531,6 +540,11 @@ class HostCapture:
                 return
             seen = await again()
         log.warning("%s: no %s baseline learnt: %s", self.backend, language, seen)
+
+
+def _forget(tracer: HostTracer, registering: asyncio.Future[Capture]) -> None:
+    if not registering.cancelled() and registering.exception() is None:
+        tracer.discard(registering.result())
 
 
 def idle_child(pid: int, timeout_s: float = IDLE_TIMEOUT_S) -> int:

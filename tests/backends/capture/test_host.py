@@ -5,7 +5,9 @@ The lines are what bpftrace -f json prints; the real tracer is in test_host_trac
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 
 import pytest
 
@@ -201,3 +203,41 @@ def test_sysv_keys_are_named_by_kind_and_key() -> None:
         ("ipc", "sem:0x0000c0e0", "ok"),
     ]
     assert b.kinds() == {"ipc"}
+
+
+class SlowTracer:
+    """A tracer whose registration blocks until released (a loaded host)."""
+
+    running, problem = True, ""
+
+    def __init__(self) -> None:
+        self.entered, self.release, self.forgot = (threading.Event() for _ in range(3))
+        self.registered: list[Capture] = []
+        self.discarded: list[Capture] = []
+
+    def register(self, pid: int, recorder: BehaviourRecorder, skip_pid: int = 0) -> Capture:
+        self.entered.set()
+        self.release.wait(30)
+        self.registered.append(Capture(NS, recorder, 0, skip_pid))
+        return self.registered[-1]
+
+    def discard(self, capture: Capture) -> None:
+        self.discarded.append(capture)
+        self.forgot.set()
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_claim_forgets_its_registration() -> None:
+    # The request is cancelled while the thread registers: the registration still
+    # happens, so it must be undone, or the kernel would print that namespace on.
+    host = HostCapture(CaptureSettings(), "test")
+    slow = SlowTracer()
+    host.tracer = slow  # type: ignore[assignment]
+    claim = asyncio.ensure_future(host.begin(4242, "python"))
+    assert await asyncio.to_thread(slow.entered.wait, 30)
+    claim.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await claim
+    slow.release.set()
+    assert await asyncio.to_thread(slow.forgot.wait, 30)
+    assert slow.discarded == slow.registered and len(slow.registered) == 1
