@@ -39,7 +39,7 @@ from gateway.ingress.ops import OPENAPI, openapi_document
 from gateway.ingress.ops import routes as ops_routes
 from gateway.middleware import error_middleware
 from gateway.pipeline import Pipeline
-from gateway.policy.base import PolicyEngine
+from gateway.policy.base import LogMasker, PolicyEngine
 from gateway.policy.inputs import DecisionInputLog, decision_inputs_path
 from gateway.policy.mask import MaskError
 from gateway.review.notifier import ReviewNotifier
@@ -211,6 +211,7 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
             retention_days=settings.policy.inputs_retention_days,
             max_bytes=settings.policy.inputs_max_mb * 1024 * 1024,
             engine=settings.policy.engine,
+            masker=engine if isinstance(engine, LogMasker) else None,
         )
         try:
             await inputs.start()

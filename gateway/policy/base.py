@@ -18,6 +18,8 @@ ErrorKindName = Literal["unavailable", "invalid"]
 DECISION_PATH = "execgate/decision"  # data.execgate.decision
 # The second question, asked after an execution over what it tried (optional).
 REVIEW_PATH = "execgate/review"  # data.execgate.review
+# What a decision-log entry leaves out (optional; policies/system/log.rego).
+MASK_PATH = "system/log/mask"  # data.system.log.mask
 
 
 class PolicyEngineError(Exception):
@@ -67,6 +69,17 @@ class PolicyEngine(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class LogMasker(Protocol):
+    """An engine that can also answer `data.system.log.mask` in-process, cheaply,
+    with the policy revision that decided (the decision-input log asks it)."""
+
+    def mask_pointers(self, entry: dict[str, Any]) -> list[str] | None:
+        """The JSON pointers to erase from a decision-log entry; None: not answered
+        here (the log's own evaluator decides, and reports what is wrong)."""
+        ...
 
 
 def json_kind(value: Any) -> str:

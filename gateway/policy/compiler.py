@@ -18,7 +18,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from gateway.policy.base import DECISION_PATH, REVIEW_PATH, PolicyEngineError
+from gateway.policy.base import DECISION_PATH, MASK_PATH, REVIEW_PATH, PolicyEngineError
 from gateway.policy.sources import PolicySources
 
 OPA_VERSION = "v1.22.4"
@@ -60,14 +60,21 @@ def find_opa_binary(configured: str = "") -> str:
 
 
 async def build_wasm(opa_bin: str, sources: PolicySources) -> bytes:
-    """policy.wasm for data.execgate.decision (and data.execgate.review when the
-    policy defines it), or PolicyEngineError("invalid") naming the file."""
-    try:
-        return await _build_wasm(opa_bin, sources, (DECISION_PATH, REVIEW_PATH))
-    except PolicyEngineError as exc:
-        if f'entrypoint "{REVIEW_PATH}" does not refer to a rule' not in exc.message:
-            raise
-    return await _build_wasm(opa_bin, sources, (DECISION_PATH,))
+    """policy.wasm for data.execgate.decision (and data.execgate.review and
+    data.system.log.mask where the policy defines them), or
+    PolicyEngineError("invalid") naming the file."""
+    entrypoints = [DECISION_PATH, REVIEW_PATH, MASK_PATH]
+    while True:
+        try:
+            return await _build_wasm(opa_bin, sources, tuple(entrypoints))
+        except PolicyEngineError as exc:
+            absent = [
+                path for path in entrypoints[1:]
+                if f'entrypoint "{path}" does not refer to a rule' in exc.message
+            ]  # fmt: skip
+            if not absent:
+                raise
+            entrypoints = [path for path in entrypoints if path not in absent]
 
 
 async def _build_wasm(opa_bin: str, sources: PolicySources, entrypoints: tuple[str, ...]) -> bytes:

@@ -23,7 +23,7 @@ from regopy.rego_shared import (
     rego_output_string,
 )
 
-MASK_PATH = "system/log/mask"
+from gateway.policy.base import MASK_PATH
 
 
 class MaskError(Exception):
@@ -74,10 +74,11 @@ class LogMask:
             raise MaskError("data.system.log.mask must be a set of JSON pointers")
         return sorted(value)
 
-    def apply(self, entry: dict[str, Any]) -> dict[str, Any]:
-        """A copy of `entry` with every masked pointer erased (as OPA erases them)."""
+    def apply(self, entry: dict[str, Any], pointers: list[str] | None = None) -> dict[str, Any]:
+        """A copy of `entry` with every masked pointer erased (as OPA erases them):
+        `pointers` when the decision engine has answered the mask already."""
         masked = copy.deepcopy(entry)
-        for pointer in self.pointers(entry):
+        for pointer in self.pointers(entry) if pointers is None else pointers:
             erase(masked, pointer)
         return masked
 

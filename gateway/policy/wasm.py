@@ -36,6 +36,7 @@ import wasmtime
 
 from gateway.policy.base import (
     DECISION_PATH,
+    MASK_PATH,
     REVIEW_PATH,
     EngineAnswer,
     PolicyEngineError,
@@ -157,6 +158,7 @@ class WasmPolicy:
             raise PolicyEngineError("invalid", "compiled policy has no execgate/decision")
         self._entrypoint = entrypoints[DECISION_PATH]
         self.review_entrypoint: int | None = entrypoints.get(REVIEW_PATH)
+        self.mask_entrypoint: int | None = entrypoints.get(MASK_PATH)
         builtins = json.loads(self._dump_json(fn("builtins")(store)))
         missing = sorted(set(builtins) - set(HOST_BUILTINS))
         if missing:
@@ -401,6 +403,22 @@ class WasmEngine:
                 "invalid", f"data.execgate.review is {json_kind(value)}, not an object"
             )
         return value
+
+    def mask_pointers(self, entry: dict[str, Any]) -> list[str] | None:
+        """`data.system.log.mask` for a decision-log entry, by the revision loaded
+        now (tens of microseconds, on the caller's thread: the event loop's, like
+        every evaluation of this module). None on any failure: the log's own
+        evaluator then decides and names the problem."""
+        policy = self._policy
+        if self._closed or policy is None or policy.mask_entrypoint is None:
+            return None
+        try:
+            value = policy.evaluate(entry, _TICKS_PER_DEADLINE + 1, policy.mask_entrypoint)
+        except (PolicyEngineError, _Interrupted):
+            return None
+        if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+            return None
+        return sorted(value)
 
     async def health(self) -> tuple[bool, str]:
         try:

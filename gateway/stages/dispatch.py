@@ -89,7 +89,10 @@ async def dispatch(ctx: ExecContext, svc: Services) -> None:
     svc.metrics.observe_execution(ctx.backend, result.status.value, time.perf_counter() - started)
     await svc.admission.charge_cpu(ctx.principal.tenant, result.usage.cpu_ms / 1000)
     svc.metrics.executed(tenant_label(svc.settings, ctx.principal.tenant), result.status.value)
-    await svc.audit.append(
+    # Queued, not awaited: the review stage (and the pipeline's settle) waits for it
+    # with the records that follow, so one fsync covers them all; durable before the
+    # result is stored or answered, like every record.
+    ctx.audit_pending.append(svc.audit.submit(
         "execution.finished",
         **ctx.audit_fields(),
         backend=ctx.backend,
@@ -103,18 +106,19 @@ async def dispatch(ctx: ExecContext, svc: Services) -> None:
         files=[{"path": f.path, "size": f.size} for f in result.files],
         events=[{"kind": e.kind, "detail": e.detail} for e in result.events],
         capture=result.behaviour.capture if result.behaviour is not None else "off",
-    )
-    await _record_attempts(ctx, svc, result)
+    ))  # fmt: skip
+    _record_attempts(ctx, svc, result)
 
 
-async def _record_attempts(ctx: ExecContext, svc: Services, result: ExecResult) -> None:
+def _record_attempts(ctx: ExecContext, svc: Services, result: ExecResult) -> None:
     """One `network.attempt` per recorded attempt and one `sandbox.event` per
-    event, durable before the response (both bounded by the backend's record)."""
+    event, queued with the request's records (both bounded by the backend's record)."""
     fields = {**ctx.audit_fields(), "backend": ctx.backend}
-    await asyncio.gather(
-        *(svc.audit.submit("network.attempt", **fields, **dataclasses.asdict(a))
-          for a in result.network),
-        _record_events(ctx, svc, result.events),
+    ctx.audit_pending.extend(
+        [svc.audit.submit("network.attempt", **fields, **dataclasses.asdict(a))
+         for a in result.network]
+        + [svc.audit.submit("sandbox.event", **fields, **dataclasses.asdict(e))
+           for e in result.events]
     )  # fmt: skip
 
 

@@ -55,5 +55,7 @@ async def review(ctx: ExecContext, svc: Services) -> None:
                     ctx.execution_id, ctx.principal.tenant, ctx.backend or "", flags
                 )
         records.append(svc.audit.submit("execution.review", **fields, **ctx.review))
-    await asyncio.gather(*records)
+    # The execution's own records (queued by dispatch) with these: all durable before
+    # the result is stored for anyone to read.
+    await asyncio.gather(*records, *ctx.audit_pending)
     svc.store.finished(ctx.execution_id, render_result(ctx))

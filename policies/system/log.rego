@@ -5,7 +5,8 @@
 # pointer it returns. Code is the caller's property and may embed secrets;
 # claims whose name or value looks like a credential are erased too. The
 # gateway's own audit log keeps the code's hash, never the code.
-# Only OPA evaluates this package; the embedded engine compiles it and never asks.
+# OPA evaluates this package for its own decision log; the gateway evaluates it for
+# decision-inputs.db (the Wasm engine in-process, otherwise rego-cpp).
 package system.log
 
 import rego.v1

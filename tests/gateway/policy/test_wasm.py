@@ -12,6 +12,7 @@ import pytest
 
 from gateway.policy.base import PolicyEngineError
 from gateway.policy.compiler import OpaNotFound, find_opa_binary
+from gateway.policy.mask import LogMask
 from gateway.policy.wasm import WasmEngine
 from tests.gateway.policy.conftest import TIMEOUT_MS, write_policy
 from tests.policies.inputs import base_input
@@ -219,3 +220,30 @@ async def test_public_call_path_decides_the_same(shipped: WasmEngine) -> None:
     assert policy is not None and policy._eval._fast
     policy._eval._fast = False
     assert (await shipped.decide(base_input())).value == fast
+
+
+# --- the decision-log mask, answered in-process ---------------------------------
+
+
+async def test_mask_is_answered_as_the_log_masks_it(shipped: WasmEngine) -> None:
+    # The same pointers as the rego-cpp evaluator of the same file, for claims whose
+    # name or value looks like a secret, and names that need JSON-pointer escapes.
+    mask = LogMask(POLICIES)
+    claims_cases: list[dict[str, object]] = [
+        {},
+        {"team": "a", "api_key": "x"},
+        {"plain": "Bearer abc", "n": 3, "sessionId": ["x"]},
+        {"a/b~c token": "v", "ok": "eyJhbGciOi.x"},
+    ]
+    for claims in claims_cases:
+        entry = {"input": {**base_input(), "subject": {"claims": claims}}, "result": {}}
+        assert shipped.mask_pointers(entry) == mask.pointers(entry), claims
+
+
+async def test_no_mask_rule_leaves_the_mask_to_the_log(tmp_path: Path, opa_bin: str) -> None:
+    write_policy(tmp_path, 'package execgate\n\ndecision := {"allow": true}\n')
+    engine = await started(tmp_path, opa_bin)
+    try:
+        assert engine.mask_pointers({"input": {}, "result": {}}) is None
+    finally:
+        await engine.close()
