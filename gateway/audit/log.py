@@ -31,6 +31,7 @@ exclusive `flock` keeps a second process from appending to the same file.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -80,6 +81,9 @@ class AuditLog:
         self._pending: list[tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = []
         self._wakeup = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
+        # A thread of the log's own for write+fsync: in the shared default executor a
+        # batch would queue behind sandbox set-up jobs, and every request waits for it.
+        self._thread: concurrent.futures.ThreadPoolExecutor | None = None
         self._closing = False
         self._error: str | None = None  # last write failure, cleared by a success
         self._broken: str | None = None  # permanent failure
@@ -102,6 +106,7 @@ class AuditLog:
             raise RuntimeError("audit log already started")
         self._fd, tail = await asyncio.to_thread(open_log, self.path)
         self._seq, self._last_hash, self._offset = tail.seq, tail.last_hash, tail.size
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="audit-writer")
         self._writer = asyncio.create_task(self._run(), name="audit-writer")
         if tail.torn is not None:
             try:
@@ -134,6 +139,10 @@ class AuditLog:
             # A writer that died has already failed every append and logged why.
             await asyncio.gather(self._writer, return_exceptions=True)
             self._writer = None
+        if self._thread is not None:
+            # A write still in flight (a cancelled writer) finishes before the fd goes.
+            await asyncio.to_thread(self._thread.shutdown, True)
+            self._thread = None
         if self._fd is not None:
             os.close(self._fd)  # also drops the flock
             self._fd = None
@@ -260,7 +269,8 @@ class AuditLog:
         assert self._fd is not None  # the writer runs only between start and close
         began = time.perf_counter()
         try:
-            last_hash, offset = await asyncio.to_thread(
+            last_hash, offset = await asyncio.get_running_loop().run_in_executor(
+                self._thread,
                 write_batch,
                 self._fd,
                 records,
