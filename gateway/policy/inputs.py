@@ -144,6 +144,9 @@ class DecisionInputLog:
         decided: dict[str, Any],
         revision: str | None,
     ) -> None:
+        if self._queue.full():
+            self.dropped += 1  # before the mask: no work for an entry that is not kept
+            return
         entry = {
             "ts": time.time(),
             "decision_id": decision_id,
@@ -154,10 +157,7 @@ class DecisionInputLog:
         }
         if self._masker is not None:
             entry["mask"] = self._masker.mask_pointers({"input": policy_input, "result": decided})
-        try:
-            self._queue.put_nowait(entry)
-        except asyncio.QueueFull:
-            self.dropped += 1
+        self._queue.put_nowait(entry)  # not full: checked above, nothing awaited since
 
     async def flush(self) -> None:
         """Wait until everything queued so far is written (tests, shutdown)."""

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+from typing import Any
 
 from backends.base import BackendError, ExecResult, ExecSpec, InputFile, SandboxEvent
 from gateway import errors
@@ -115,15 +116,18 @@ def _record_attempts(ctx: ExecContext, svc: Services, result: ExecResult) -> Non
     event, queued with the request's records (both bounded by the backend's record)."""
     fields = {**ctx.audit_fields(), "backend": ctx.backend}
     ctx.audit_pending.extend(
-        [svc.audit.submit("network.attempt", **fields, **dataclasses.asdict(a))
-         for a in result.network]
-        + [svc.audit.submit("sandbox.event", **fields, **dataclasses.asdict(e))
-           for e in result.events]
-    )  # fmt: skip
+        svc.audit.submit("network.attempt", **fields, **dataclasses.asdict(a))
+        for a in result.network
+    )
+    ctx.audit_pending.extend(_queue_events(ctx, svc, result.events))
+
+
+def _queue_events(
+    ctx: ExecContext, svc: Services, events: tuple[SandboxEvent, ...]
+) -> list[asyncio.Future[dict[str, Any]]]:
+    fields = {**ctx.audit_fields(), "backend": ctx.backend}
+    return [svc.audit.submit("sandbox.event", **fields, **dataclasses.asdict(e)) for e in events]
 
 
 async def _record_events(ctx: ExecContext, svc: Services, events: tuple[SandboxEvent, ...]) -> None:
-    fields = {**ctx.audit_fields(), "backend": ctx.backend}
-    await asyncio.gather(
-        *(svc.audit.submit("sandbox.event", **fields, **dataclasses.asdict(e)) for e in events)
-    )
+    await asyncio.gather(*_queue_events(ctx, svc, events))
