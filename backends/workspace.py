@@ -2,7 +2,8 @@
 
 Layout of one execution's tmpfs (owned by the sandbox uid, mode 0700):
 
-    code/        root-owned, read-only in the jail at /code (the program file)
+    code/        root-owned, read-only in the jail at /code (the program file; a
+                 FIFO until hand-over when the interpreter was started ahead)
     workspace/   the jail's cwd and $HOME, input files, output files
     tmp/         the jail's /tmp
     shm/         the jail's /dev/shm
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from backends.base import InputFile, OutputFile
+from backends.handover import Staged, is_fifo, place_fifo, stage
 
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -140,17 +142,35 @@ class WorkspaceManager:
         code_filename: str,
         code: bytes,
         files: tuple[InputFile, ...] = (),
-    ) -> None:
-        """Shrink to the request's disk size, then write its code and input files."""
+        handover: bytes | None = None,
+    ) -> Staged | None:
+        """Shrink to the request's disk size, then write its input files and its
+        code: in place, or (`handover`: what the interpreter reads) staged beside
+        the FIFO an interpreter started ahead waits on (backends/handover.py)."""
         self._mount_tmpfs(ws.root, disk_mb, remount=True)
+        path = ws.code_dir / code_filename
+        staged = None
         try:
-            _write_file(ws.code_dir / code_filename, code, 0o644)
+            if handover is None or not is_fifo(path):
+                _write_file(path, code, 0o644)
+            else:
+                staged = stage(path, code, handover, lambda p, data: _write_file(p, data, 0o644))
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 raise WorkspaceError("the code does not fit in the disk limit") from exc
             raise
-        for item in files:
-            self._write_input(ws, item)
+        try:
+            for item in files:
+                self._write_input(ws, item)
+        except BaseException:
+            if staged is not None:
+                staged.close()
+            raise
+        return staged
+
+    def place_fifo(self, ws: Workspace, code_filename: str) -> None:
+        """Where an interpreter started ahead waits for its code."""
+        place_fifo(ws.code_dir / code_filename)
 
     def _write_input(self, ws: Workspace, item: InputFile) -> None:
         rel = checked_relative(item.path)

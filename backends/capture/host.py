@@ -547,20 +547,30 @@ def _forget(tracer: HostTracer, registering: asyncio.Future[Capture]) -> None:
         tracer.discard(registering.result())
 
 
+# The kernel function a task blocked opening a FIFO with no writer sleeps in.
+FIFO_OPEN_WAIT = "wait_for_partner"
+
+
 def idle_child(pid: int, timeout_s: float = IDLE_TIMEOUT_S) -> int:
     """The first child of `pid` (a jail's init) once it has become its own program
-    and waits in read(2) (blocking, bounded): what it did until then, whether the
-    sandbox was made ahead or just now, is the jail's set-up, not the execution's."""
+    and waits for its code (blocking, bounded): an interpreter started ahead
+    blocked opening the FIFO on its code file's path (backends/handover.py), or a
+    launcher in read(2). What it did until then, whether the sandbox was made
+    ahead or just now, is the jail's set-up, not the execution's."""
     deadline = time.monotonic() + timeout_s
     while True:
         with contextlib.suppress(OSError, ValueError, IndexError):
             child = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
             # Read each time: a sandbox made just now may still be its shell shim.
-            if (
-                os.readlink(f"/proc/{child}/exe") != os.readlink(f"/proc/{pid}/exe")
-                and Path(f"/proc/{child}/syscall").read_text().split()[0] == "0"
+            if os.readlink(f"/proc/{child}/exe") != os.readlink(f"/proc/{pid}/exe") and (
+                Path(f"/proc/{child}/wchan").read_text() == FIFO_OPEN_WAIT
+                or Path(f"/proc/{child}/syscall").read_text().split()[0] == "0"
             ):
                 return child
+        if _exited(pid):
+            # An interpreter that never waits (one that does not read its file):
+            # nothing will be handed over to it, so there is nothing to follow.
+            raise OSError(f"the sandbox of process {pid} exited before its code was handed over")
         if time.monotonic() > deadline:
             seen = ""
             with contextlib.suppress(OSError, ValueError, IndexError):
@@ -573,3 +583,13 @@ def idle_child(pid: int, timeout_s: float = IDLE_TIMEOUT_S) -> int:
                 f"the sandbox of process {pid} is not waiting after {timeout_s:.0f} s{seen}"
             )
         time.sleep(0.001)
+
+
+def _exited(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2 :][:1] in ("Z", "X")

@@ -8,11 +8,13 @@ ipc, uts and cgroup namespaces, a network namespace whose only ways out are
 the gateway's (backends/egress/), the sandbox user mapped to an
 unprivileged host uid, a seccomp allowlist and read-only runtime directories.
 
-Making a sandbox (nsjail's own start-up, namespaces, mounts) costs more than a
-small program's whole run, so this backend keeps a few made ahead of requests
-(`warm_pool_size`), jailed and waiting for their launch line; each is used for
-exactly one execution and destroyed after it. The gateway process must be root
-(mounts, uid mapping, cgroups).
+Making a sandbox (nsjail's own start-up, namespaces, mounts) and starting an
+interpreter cost more than a small program's whole run, so this backend keeps
+a few made ahead of requests (`warm_pool_size`), jailed, each with its
+language's interpreter started and waiting for its code (backends/handover.py);
+the pool's share per language follows the languages requested in the last
+minute (backends/demand.py). Each is used for exactly one execution and destroyed
+after it. The gateway process must be root (mounts, uid mapping, cgroups).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from backends.capture.host import DO_NOTHING, Capture, HostCapture, TracerHub, i
 from backends.capture.record import Behaviour
 from backends.ceilings import clamp as clamp_limits
 from backends.cgroups import CgroupError, CgroupManager, detect
+from backends.demand import Demand
 from backends.egress.addresses import NameResolver
 from backends.nsjail.host import (
     available_languages,
@@ -95,9 +98,13 @@ class NsjailBackend(SandboxBackend):
         self._prefix = f"{os.getpid()}-{secrets.token_hex(4)}"
         self._counter = itertools.count(1)
         self._live: dict[str, Sandbox] = {}
-        # Sandboxes made ahead of requests, oldest first; each is used once.
-        self._pool: collections.deque[Sandbox] = collections.deque()
-        self._filling = 0
+        # Sandboxes made ahead of requests, per language, oldest first; each is
+        # used once. How many of each: recent demand.
+        self._pools: dict[str, collections.deque[Sandbox]] = collections.defaultdict(
+            collections.deque
+        )
+        self._filling: collections.Counter[str] = collections.Counter()
+        self._demand = Demand()
         self._fill_error = ""
         self._background: set[asyncio.Future[None]] = set()
         self._closing = False
@@ -128,6 +135,7 @@ class NsjailBackend(SandboxBackend):
                 "seccomp": "allowlist",
                 "sandbox_uid": self.settings.sandbox_uid,
                 "warm_pool_size": self.settings.warm_pool_size,
+                "interpreters_started_ahead": self.settings.start_interpreter_ahead,
             },
         )
 
@@ -156,7 +164,7 @@ class NsjailBackend(SandboxBackend):
                 limits=Limits(timeout_s=30, memory_mb=256, pids=32, disk_mb=1),
             )
             try:
-                result = await self.run(smoke)
+                result = await self._run(smoke, demand=False)
             except BackendError as exc:
                 await self.close()
                 raise BackendError(f"nsjail smoke test ({language}) failed: {exc}") from exc
@@ -181,27 +189,26 @@ class NsjailBackend(SandboxBackend):
             problems.append(f"seccomp policy {self.policy_path} is missing")
         if not self.workspaces.runs_dir.is_dir():
             problems.append(f"state directory {self.workspaces.runs_dir} is missing")
-        if self._fill_error and not self._pool:
+        if self._fill_error and not self._pooled():
             problems.append(f"sandboxes cannot be made ahead: {self._fill_error}")
         if problem := self.capture.health_problem():
             problems.append(problem)
         if problems:
             return Health(ok=False, detail="; ".join(problems))
-        return Health(ok=True, detail=f"{len(self._live)} running, {len(self._pool)} ready")
+        ready = ", ".join(f"{len(p)} {lang}" for lang, p in sorted(self._pools.items()) if p)
+        return Health(ok=True, detail=f"{len(self._live)} running, ready: {ready or 'none'}")
 
     async def close(self) -> None:
         self._closing = True
-        while self._pool:
-            await self._require_factory().dispose(self._pool.popleft())
+        await self._dispose_pooled()
         # Stop what still runs; each run() then winds down and releases its sandbox.
         for sandbox in list(self._live.values()):
             sandbox.stop.set()
         for _ in range(500):
-            if not self._live and not self._filling and not self._background:
+            if not self._live and not self._filling.total() and not self._background:
                 break
             await asyncio.sleep(0.01)
-        while self._pool:  # made while we waited
-            await self._require_factory().dispose(self._pool.popleft())
+        await self._dispose_pooled()  # made while we waited
         await asyncio.to_thread(self._reap, lambda name: not name.startswith(self._prefix))
         if self._seccomp is not None:
             self._seccomp.close()
@@ -215,14 +222,20 @@ class NsjailBackend(SandboxBackend):
         return self.capture.kinds()
 
     async def run(self, spec: ExecSpec) -> ExecResult:
+        return await self._run(spec, demand=True)
+
+    async def _run(self, spec: ExecSpec, demand: bool) -> ExecResult:
         factory = self._require_factory()
         if spec.language not in self._languages:
             raise BackendError(f"nsjail backend does not serve language {spec.language!r}")
         spec = dataclasses.replace(spec, limits=self.clamp(spec.limits))
+        language = spec.language
+        if demand:  # the start-up smoke tests are not demand
+            self._demand.record(language)
         source = Source(
-            take=self._take_pooled,
+            take=lambda: self._take_pooled(language),
             dead=factory.dead,
-            make=lambda: factory.make(self._next_name()),
+            make=lambda: factory.make(self._next_name(), language),
             discard=lambda sandbox: self._in_background(factory.dispose(sandbox)),
         )
         s = self.settings
@@ -264,7 +277,7 @@ class NsjailBackend(SandboxBackend):
 
     def _behaviour_of(self, spec: ExecSpec) -> Callable[[], Awaitable[Behaviour | None]]:
         async def once() -> Behaviour | None:
-            return (await self.run(spec)).behaviour
+            return (await self._run(spec, demand=False)).behaviour
 
         return once
 
@@ -289,7 +302,15 @@ class NsjailBackend(SandboxBackend):
     @property
     def ready_sandboxes(self) -> frozenset[str]:
         """Names of the sandboxes made ahead and waiting for a request."""
-        return frozenset(sandbox.name for sandbox in self._pool)
+        return frozenset(sandbox.name for pool in self._pools.values() for sandbox in pool)
+
+    def waiting(self) -> tuple[Sandbox, ...]:
+        """The sandboxes made ahead and waiting for a request, oldest first per language."""
+        return tuple(sandbox for pool in self._pools.values() for sandbox in pool)
+
+    def ready_languages(self) -> dict[str, int]:
+        """How many sandboxes wait for a request, per language."""
+        return {language: len(pool) for language, pool in self._pools.items() if pool}
 
     async def wait_settled(self, timeout_s: float = 10.0) -> None:
         """Wait until no sandbox is being made or disposed of in the background."""
@@ -305,40 +326,64 @@ class NsjailBackend(SandboxBackend):
     def _next_name(self) -> str:
         return f"{self._prefix}-{next(self._counter)}"
 
-    def _take_pooled(self) -> Sandbox | None:
-        """The oldest waiting sandbox young enough, or None; whether it is still
-        alive is the caller's check (backends/attempts.py), so that one that died
-        while it waited is recorded, not just dropped."""
+    def _pooled(self) -> int:
+        return sum(len(pool) for pool in self._pools.values())
+
+    async def _dispose_pooled(self) -> None:
+        factory = self._require_factory()
+        for pool in self._pools.values():
+            while pool:
+                await factory.dispose(pool.popleft())
+
+    def _take_pooled(self, language: str) -> Sandbox | None:
+        """The oldest waiting sandbox of `language` young enough, or None; whether
+        it is still alive is the caller's check (backends/attempts.py), so that one
+        that died while it waited is recorded, not just dropped."""
         factory = self._require_factory()
         max_age = self.settings.warm_max_age_s
-        while self._pool:
-            sandbox = self._pool.popleft()
+        pool = self._pools[language]
+        while pool:
+            sandbox = pool.popleft()
             if time.monotonic() - sandbox.created < max_age:
                 return sandbox
             self._in_background(factory.dispose(sandbox))
         return None
 
     def _replenish(self) -> None:
-        while not self._closing and len(self._pool) + self._filling < self.settings.warm_pool_size:
-            self._filling += 1
-            self._in_background(self._fill_one())
+        """Make sandboxes up to each language's share of the pool; dispose of the
+        waiting ones of a language past its share (the oldest first)."""
+        if self._closing:
+            return
+        targets = self._demand.shares(self.settings.warm_pool_size, self._default_language())
+        factory = self._require_factory()
+        for language, pool in self._pools.items():
+            while len(pool) + self._filling[language] > targets.get(language, 0) and pool:
+                self._in_background(factory.dispose(pool.popleft()))
+        for language, target in targets.items():
+            while len(self._pools[language]) + self._filling[language] < target:
+                self._filling[language] += 1
+                self._in_background(self._fill_one(language))
 
-    async def _fill_one(self) -> None:
+    def _default_language(self) -> str:
+        """The pool's language before any request: python when served."""
+        return "python" if "python" in self._languages else min(self._languages)
+
+    async def _fill_one(self, language: str) -> None:
         factory = self._require_factory()
         try:
-            sandbox = await factory.make(self._next_name())
+            sandbox = await factory.make(self._next_name(), language)
         except Exception as exc:  # a background task: nothing else would see it
             self._fill_error = str(exc)
             log.warning("nsjail: cannot make a sandbox ahead: %s", exc)
             self.start_failures.record(exc, background=True)
             return
         finally:
-            self._filling -= 1
+            self._filling[language] -= 1
         self._fill_error = ""
         if self._closing:
             await factory.dispose(sandbox)
         else:
-            self._pool.append(sandbox)
+            self._pools[language].append(sandbox)
 
     def _in_background(self, coro: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
         task = asyncio.ensure_future(coro)

@@ -4,13 +4,15 @@ Everything that decides what the sandbox can see and do is rendered here, from
 the backend settings and the sandbox's host paths, so a change to the jail
 shows up as a diff in `tests/backends/nsjail/golden/`.
 
-The command line does not depend on the request: a sandbox is made before the
-request arrives (see sandbox.py) and waits, fully jailed, in a tiny
-/bin/sh "launcher" for one line on stdin naming the language. What a request
-decides is applied at launch: the cgroup limits, the tmpfs size, the code and
-input files, then the launch line, after which the rest of stdin is the
-program's. Limits rendered here (time limit, CPU and file-size rlimits) are
-backstops at the backend's maxima.
+The command line depends on the request's language only: a sandbox is made
+before the request arrives (see sandbox.py) and waits, fully jailed, in the
+language's interpreter, started on the code file's path and blocked on the FIFO
+standing there (backends/handover.py). With `start_interpreter_ahead` off it
+waits in a tiny /bin/sh "launcher" for one line on stdin naming the language
+instead. What a request decides is applied at launch: the cgroup limits, the
+tmpfs size, the code and input files, then the hand-over (or the launch line,
+after which the rest of stdin is the program's). Limits rendered here (time
+limit, CPU and file-size rlimits) are backstops at the backend's maxima.
 """
 
 from __future__ import annotations
@@ -91,8 +93,9 @@ def launcher_script(settings: NsjailSettings) -> str:
     return f'read -r language || {fail}; case "$language" in {cases}esac; {fail}'
 
 
-def launch_line(language: str) -> bytes:
-    return f"{language}\n".encode()
+def launch_line(settings: NsjailSettings, language: str) -> bytes:
+    """What stdin starts with: nothing for an interpreter started ahead."""
+    return b"" if settings.start_interpreter_ahead else f"{language}\n".encode()
 
 
 def environment(settings: NsjailSettings) -> list[str]:
@@ -100,6 +103,9 @@ def environment(settings: NsjailSettings) -> list[str]:
     return [
         f"PATH={JAIL_PATH}",
         f"HOME={JAIL_WORKSPACE}",
+        # What the launcher's shell exported; an interpreter started directly
+        # gets the same.
+        f"PWD={JAIL_WORKSPACE}",
         "LANG=C.UTF-8",
         "TMPDIR=/tmp",
         "USER=sandbox",
@@ -108,8 +114,17 @@ def environment(settings: NsjailSettings) -> list[str]:
     ]
 
 
-def render_args(settings: NsjailSettings, paths: JailPaths) -> list[str]:
-    """nsjail's arguments (without the binary itself) for one sandbox."""
+def jailed_command(settings: NsjailSettings, language: str) -> list[str]:
+    """What nsjail starts: the language's interpreter itself, on the code file's
+    path, where it waits for its code (backends/handover.py); or, with
+    `start_interpreter_ahead` off, the launcher, which waits for its line."""
+    if settings.start_interpreter_ahead:
+        return program_argv(settings.runtimes[language])
+    return ["/bin/sh", "-c", launcher_script(settings)]
+
+
+def render_args(settings: NsjailSettings, paths: JailPaths, language: str) -> list[str]:
+    """nsjail's arguments (without the binary itself) for one sandbox of `language`."""
     uid, gid = settings.sandbox_uid, settings.sandbox_gid
     args: list[str] = [
         "--mode", "o",
@@ -151,4 +166,4 @@ def render_args(settings: NsjailSettings, paths: JailPaths) -> list[str]:
         args += ["--symlink", f"{target}:{link}"]
     for variable in environment(settings):
         args += ["--env", variable]
-    return [*args, "--", "/bin/sh", "-c", launcher_script(settings)]
+    return [*args, "--", *jailed_command(settings, language)]

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from backends.base import OutputSink
 
@@ -118,8 +119,10 @@ async def supervise(
     kill: Kill,
     stop: asyncio.Event | None = None,
     on_output: OutputSink | None = None,
+    deliver: Callable[[], Coroutine[Any, Any, None] | None] | None = None,
 ) -> ProcessOutcome:
-    """Feed stdin (then close it) and collect output until the process is done.
+    """Hand the code over (`deliver`, as the deadline starts), feed stdin (then
+    close it) and collect output until the process is done.
 
     `kill(spare)` must kill everything the process started except the pids in
     `spare`; it is used on the deadline, at the output cap, when `stop` is set
@@ -142,7 +145,14 @@ async def supervise(
     if stop is not None:
         watched.add(asyncio.ensure_future(stop.wait()))
     deadline_hit = False
+    feed_code: asyncio.Future[None] | None = None
     try:
+        if deliver is not None:
+            # A rename and a pipe write on tmpfs (no waiting); a rest, if any,
+            # is written as the interpreter reads it.
+            rest = deliver()
+            if rest is not None:
+                feed_code = asyncio.ensure_future(rest)
         try:
             async with asyncio.timeout(timeout_s):
                 await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
@@ -159,8 +169,8 @@ async def supervise(
             # Cancelled, or the kill failed: nothing may outlive the request.
             with contextlib.suppress(Exception):
                 await asyncio.shield(terminate(proc, kill))
-        for task in (*watched, out_task, err_task, feed_task):
-            if not task.done():
+        for task in (*watched, out_task, err_task, feed_task, feed_code):
+            if task is not None and not task.done():
                 task.cancel()
     assert proc.returncode is not None
     return ProcessOutcome(

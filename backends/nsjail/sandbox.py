@@ -1,14 +1,17 @@
 """One sandbox's life: make (ahead of the request), launch, wind down, release.
 
-make:    a tmpfs workspace (at the maximum size), a cgroup (idle limits) and
-         a network namespace furnished by the gateway (backends/egress/);
-         a /bin/sh shim joins the cgroup and execs nsenter into that
-         namespace and then nsjail, whose jailed launcher waits for one line
-         on stdin.
+make:    for one language: a tmpfs workspace (at the maximum size) with a
+         FIFO on the code file's path, a cgroup (idle limits) and a network
+         namespace furnished by the gateway (backends/egress/); a /bin/sh
+         shim joins the cgroup and execs nsenter into that namespace and then
+         nsjail, which starts the language's interpreter, which waits on the
+         FIFO (or, with start_interpreter_ahead off, a launcher that waits
+         for one line on stdin).
 launch:  arm the egress proxy with the request's egress list, shrink the
-         tmpfs to the request's disk size, write the code and the input files,
-         set the request's cgroup limits and take a usage baseline, then send
-         the launch line followed by the request's stdin.
+         tmpfs to the request's disk size, stage the code and write the input
+         files, set the request's cgroup limits and take a usage baseline,
+         then hand the code over (backends/handover.py) as the deadline
+         starts, and feed the request's stdin.
 finish:  kill anything left, read usage and nsjail's log, collect output
          files, then release: kill, unmount, remove the cgroup.
 
@@ -32,6 +35,7 @@ from backends.cgroups import CgroupError, CgroupLimits, CgroupManager, CgroupUsa
 from backends.egress.addresses import NameResolver
 from backends.egress.boundary import BoundaryError, open_boundary
 from backends.egress.session import EgressSession
+from backends.handover import Staged, hand_over_nothing, python_source
 from backends.nsjail.config import JailPaths, launch_line, render_args, rlimit_cpu_s
 from backends.nsjail.log import parse_log
 from backends.nsjail.process import GRACE_S, ProcessOutcome, spawn, supervise, terminate
@@ -51,13 +55,15 @@ SHIM = (
     'shift; done; shift; exec "$@"'
 )
 SHIM_FAILED = 125
-# While a sandbox waits for its request: enough for nsjail and the launcher.
-IDLE_LIMITS = CgroupLimits(memory_bytes=64 * MIB, pids_max=8, cpu_quota_us=100_000)
+# While a sandbox waits for its request: enough for nsjail and an interpreter
+# started ahead (node: ~40 MiB and 7 threads).
+IDLE_LIMITS = CgroupLimits(memory_bytes=128 * MIB, pids_max=16, cpu_quota_us=100_000)
 
 
 @dataclass(slots=True)
 class Sandbox:
     name: str
+    language: str
     workspace: Workspace
     cgroup: ExecCgroup
     log_fd: int
@@ -70,6 +76,8 @@ class Sandbox:
     # Readable once nsjail has exited: a sandbox that died while it waited in the
     # pool is noticed before it is used (asyncio learns of the exit later).
     pidfd: int = -1
+    # The request's code, staged for its interpreter started ahead.
+    staged: Staged | None = None
 
     @property
     def alive(self) -> bool:
@@ -101,10 +109,11 @@ class SandboxFactory:
 
     # --- make -------------------------------------------------------------------
 
-    async def make(self, name: str) -> Sandbox:
-        """A jailed launcher waiting for its launch line; raises SandboxStartError
-        (with the stage that failed) and leaves nothing behind."""
-        prepare = asyncio.ensure_future(asyncio.to_thread(self._prepare, name))
+    async def make(self, name: str, language: str) -> Sandbox:
+        """A jailed interpreter of `language` waiting for its code (or a launcher
+        waiting for its line); raises SandboxStartError (with the stage that
+        failed) and leaves nothing behind."""
+        prepare = asyncio.ensure_future(asyncio.to_thread(self._prepare, name, language))
         try:
             sandbox = await asyncio.shield(prepare)
         except asyncio.CancelledError:
@@ -133,9 +142,16 @@ class SandboxFactory:
             return f"{sandbox.name}: its nsjail process has exited"
         return ""
 
-    def _prepare(self, name: str) -> Sandbox:
+    def _prepare(self, name: str, language: str) -> Sandbox:
         try:
             workspace = self.workspaces.create(name, self.settings.max_disk_mb)
+            if self.settings.start_interpreter_ahead:
+                filename = self.settings.runtimes[language].filename
+                try:
+                    self.workspaces.place_fifo(workspace, filename)
+                except OSError:
+                    self.workspaces.destroy(workspace)
+                    raise
         except (OSError, WorkspaceError) as exc:
             message = f"cannot create the sandbox workspace: {exc}"
             raise SandboxStartError("create", message) from exc
@@ -158,7 +174,7 @@ class SandboxFactory:
             os.close(log_fd)
             raise SandboxStartError("boundary", str(exc)) from exc
         return Sandbox(
-            name=name, workspace=workspace, cgroup=cgroup, log_fd=log_fd,
+            name=name, language=language, workspace=workspace, cgroup=cgroup, log_fd=log_fd,
             egress=EgressSession(boundary, self.resolver),
         )  # fmt: skip
 
@@ -180,24 +196,29 @@ class SandboxFactory:
         joins = [str(p) for p in sandbox.cgroup.join_files]
         # nsjail keeps this namespace (--disable_clone_newnet): the gateway's boundary.
         netns = f"--net=/proc/self/fd/{sandbox.egress.fds.netns}"
+        jail = render_args(self.settings, paths, sandbox.language)
         return ["/bin/sh", "-c", SHIM, "execgate-shim", *joins, "--", self.nsenter, netns,
-                "--", str(self.binary), *render_args(self.settings, paths)]  # fmt: skip
+                "--", str(self.binary), *jail]  # fmt: skip
 
     # --- launch -----------------------------------------------------------------
 
     def configure(self, sandbox: Sandbox, spec: ExecSpec) -> None:
         """Apply the request to a waiting sandbox (blocking)."""
         runtime = self.settings.runtimes[spec.language]
+        if spec.language != sandbox.language:
+            raise BackendError(f"a {sandbox.language} sandbox cannot run {spec.language}")
         limits = spec.limits
         try:
             code = spec.code.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise BackendError(f"code is not valid UTF-8: {exc}") from None
         sandbox.egress.arm(spec.egress, spec.credentials, spec.internal_allow)
+        handover = python_source(code) if runtime.filename.endswith(".py") else code
         try:
-            self.workspaces.fill(
-                sandbox.workspace, limits.disk_mb, runtime.filename, code, spec.files
-            )
+            sandbox.staged = self.workspaces.fill(
+                sandbox.workspace, limits.disk_mb, runtime.filename, code, spec.files,
+                handover=handover if self.settings.start_interpreter_ahead else None,
+            )  # fmt: skip
             sandbox.cgroup.apply(
                 CgroupLimits(
                     memory_bytes=limits.memory_mb * MIB,
@@ -219,7 +240,8 @@ class SandboxFactory:
         try:
             return await supervise(
                 sandbox.proc,
-                stdin=launch_line(spec.language) + spec.stdin,
+                stdin=launch_line(self.settings, spec.language) + spec.stdin,
+                deliver=sandbox.staged.deliver if sandbox.staged is not None else None,
                 output_limit=spec.limits.output_bytes,
                 timeout_s=spec.limits.timeout_s,
                 kill=kill,
@@ -296,6 +318,13 @@ class SandboxFactory:
         if sandbox.released:
             return
         proc = sandbox.proc
+        if proc is not None and self.settings.start_interpreter_ahead:
+            # An interpreter never handed its code gets an empty program and exits.
+            path = sandbox.workspace.code_dir / self.settings.runtimes[sandbox.language].filename
+            try:
+                await asyncio.to_thread(self._hand_over_nothing, sandbox, path)
+            except OSError as exc:
+                log.warning("nsjail: cannot wind down the interpreter of %s: %s", sandbox.name, exc)
         if proc is not None and proc.stdin is not None:
             # A launcher that was never launched reads EOF and exits, and nsjail
             # reaps it: no kill while nsjail may still be setting the jail up
@@ -317,6 +346,12 @@ class SandboxFactory:
         await sandbox.egress.stop()
         await asyncio.to_thread(self.release, sandbox)
 
+    @staticmethod
+    def _hand_over_nothing(sandbox: Sandbox, path: Path) -> None:
+        if sandbox.staged is not None:
+            sandbox.staged.close()
+        hand_over_nothing(path)
+
     def release(self, sandbox: Sandbox) -> None:
         """Kill, unmount, remove: idempotent, and tries every step (blocking)."""
         if sandbox.released:
@@ -325,6 +360,8 @@ class SandboxFactory:
         errors = []
         close_fd(sandbox.pidfd)
         sandbox.pidfd = -1
+        if sandbox.staged is not None:
+            sandbox.staged.close()
         for step in (sandbox.cgroup.kill_all,
                      lambda: self.workspaces.destroy(sandbox.workspace),
                      sandbox.cgroup.remove, lambda: os.close(sandbox.log_fd),

@@ -49,6 +49,9 @@ class NsjailSettings(SandboxCeilings):
 
     # Sandboxes made ahead of requests, each used once (0: make on demand).
     warm_pool_size: int = Field(2, ge=0, le=64)
+    # Each sandbox made ahead starts its language's interpreter at once, which
+    # then waits for the code (zero cold start); off: it starts at launch.
+    start_interpreter_ahead: bool = True
     # A waiting sandbox older than this is thrown away rather than used.
     warm_max_age_s: int = Field(60, ge=1, le=3600)
 

@@ -192,7 +192,7 @@ async def test_a_pooled_sandbox_that_died_is_replaced_and_recorded(
     settings, client = await gateway(EXECGATE_BACKENDS_NSJAIL_WARM_POOL_SIZE="1")
     backend = client.app[SERVICES].backends["nsjail"]
     await backend.wait_settled()
-    (waiting,) = backend._pool
+    (waiting,) = backend.waiting()
     os.kill(waiting.proc.pid, signal.SIGKILL)  # from outside, while it waits
     await until(lambda: backend._require_factory().dead(waiting), "the sandbox to die")
     resp = await client.post("/v1/executions", json=RUN, headers=auth(dev_token(settings)))

@@ -7,6 +7,7 @@ and review the diff of tests/backends/golden/ like code.
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 from pathlib import Path
@@ -18,6 +19,7 @@ from backends.nsjail.config import (
     JailPaths,
     launch_line,
     launcher_script,
+    program_argv,
     render_args,
     rlimit_cpu_s,
     time_limit_s,
@@ -50,6 +52,7 @@ CASES: dict[str, NsjailSettings] = {
         max_cpus=1.5,
         max_disk_mb=64,
         warm_max_age_s=10,
+        start_interpreter_ahead=False,
         runtimes={
             "python": RuntimeSettings(
                 argv=["/usr/bin/python3", "-I", "-X", "utf8"], filename="main.py"
@@ -62,7 +65,7 @@ CASES: dict[str, NsjailSettings] = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_rendered_args_match_golden(case: str) -> None:
-    rendered = "\n".join(render_args(CASES[case], PATHS)) + "\n"
+    rendered = "\n".join(render_args(CASES[case], PATHS, "python")) + "\n"
     golden = GOLDEN / f"{case}.txt"
     if os.environ.get("EXECGATE_REGEN_GOLDEN") == "1":
         golden.write_text(rendered)
@@ -71,12 +74,15 @@ def test_rendered_args_match_golden(case: str) -> None:
 
 
 def test_rendering_is_pure() -> None:
-    assert render_args(CASES["defaults"], PATHS) == render_args(CASES["defaults"], PATHS)
+    defaults = CASES["defaults"]
+    assert render_args(defaults, PATHS, "python") == render_args(defaults, PATHS, "python")
 
 
 def test_security_invariants_hold_for_every_case() -> None:
-    for settings in CASES.values():
-        args = render_args(settings, PATHS)
+    for settings, language in itertools.product(CASES.values(), ("python", "bash")):
+        if language not in settings.runtimes:
+            continue
+        args = render_args(settings, PATHS, language)
         joined = " ".join(args)
         uid, gid = settings.sandbox_uid, settings.sandbox_gid
         # Mapped to the unprivileged host ids only, never through newuidmap.
@@ -96,8 +102,14 @@ def test_security_invariants_hold_for_every_case() -> None:
         # Writable binds are the sandbox's own directories and two devices only.
         writable = [args[i + 1] for i, a in enumerate(args) if a == "--bindmount"]
         assert all(w.startswith(RUN) or w in ("/dev/null", "/dev/zero") for w in writable)
-        # The jailed program is the launcher.
-        assert args[args.index("--") + 1 :][:2] == ["/bin/sh", "-c"]
+        # The jailed program is the language's interpreter on its code file, or
+        # the launcher.
+        jailed = args[args.index("--") + 1 :]
+        if settings.start_interpreter_ahead:
+            assert jailed == program_argv(settings.runtimes[language])
+            assert jailed[-1] == f"/code/{settings.runtimes[language].filename}"
+        else:
+            assert jailed[:2] == ["/bin/sh", "-c"]
 
 
 def test_launcher_execs_each_runtime_on_its_line() -> None:
@@ -115,7 +127,8 @@ def test_launcher_execs_each_runtime_on_its_line() -> None:
     assert unknown.returncode == LAUNCH_FAILED
     empty = subprocess.run(["/bin/sh", "-c", script], input=b"", capture_output=True)
     assert empty.returncode == LAUNCH_FAILED
-    assert launch_line("python") == b"python\n"
+    assert launch_line(settings, "python") == b"python\n"
+    assert launch_line(CASES["defaults"], "python") == b""
 
 
 def test_backstops_lie_beyond_every_deadline() -> None:

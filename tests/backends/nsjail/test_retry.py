@@ -96,7 +96,7 @@ async def test_a_pooled_sandbox_killed_from_outside_is_replaced(
 ) -> None:
     async with started(nsjail_settings, warm_pool_size=1) as backend:
         await backend.wait_settled()
-        (sandbox,) = backend._pool
+        (sandbox,) = backend.waiting()
         assert sandbox.proc is not None
         os.kill(sandbox.proc.pid, signal.SIGKILL)  # nsjail itself, from outside
         await until(lambda: exited(sandbox.pidfd), "nsjail to die")

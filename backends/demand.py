@@ -1,0 +1,54 @@
+"""Which languages the pool of sandboxes made ahead should hold, from recent demand.
+
+A sandbox made ahead already runs its language's interpreter, so the pool is
+split by language: each language gets a share of `warm_pool_size` in
+proportion to its requests in the last `window_s` seconds (largest remainder,
+ties to the language asked for last). Before any request, or after a quiet
+window, the whole pool goes to the default language.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable
+
+WINDOW_S = 60.0
+# Enough to follow a mix; older entries are dropped with the window anyway.
+MAX_ENTRIES = 1024
+
+
+class Demand:
+    def __init__(
+        self, window_s: float = WINDOW_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.window_s = window_s
+        self.clock = clock
+        self._seen: collections.deque[tuple[float, str]] = collections.deque(maxlen=MAX_ENTRIES)
+
+    def record(self, language: str) -> None:
+        self._seen.append((self.clock(), language))
+
+    def recent(self) -> collections.Counter[str]:
+        horizon = self.clock() - self.window_s
+        while self._seen and self._seen[0][0] < horizon:
+            self._seen.popleft()
+        return collections.Counter(language for _, language in self._seen)
+
+    def shares(self, size: int, default: str) -> dict[str, int]:
+        """How many sandboxes of each language to hold (summing to `size`)."""
+        counts = self.recent()
+        if size <= 0:
+            return {}
+        if not counts:
+            return {default: size}
+        total = sum(counts.values())
+        exact = {language: size * n / total for language, n in counts.items()}
+        shares = {language: int(value) for language, value in exact.items()}
+        last = {language: i for i, (_, language) in enumerate(self._seen)}
+        by_remainder = sorted(
+            exact, key=lambda lang: (exact[lang] - shares[lang], last[lang]), reverse=True
+        )
+        for language in by_remainder[: size - sum(shares.values())]:
+            shares[language] += 1
+        return {language: n for language, n in shares.items() if n}
