@@ -124,15 +124,16 @@ async def test_a_pooled_sandbox_waits_in_its_interpreter(nsjail_settings: Nsjail
 
 
 TRAIL = """
-import os, subprocess, sys
+import ctypes, os, subprocess, sys
 for d in ('/tmp', '/dev/shm', '/workspace'):
     open(f'{d}/left-by-one', 'w').write('secret-of-one')
     os.mkfifo(f'{d}/fifo-of-one')
 os.environ['LEFT_BY_ONE'] = '1'
-import sysv_ipc if False else None
+ctypes.CDLL(None).shmget(0xC0DE, 4096, 0o1666)  # IPC_CREAT: a SysV segment left behind
 subprocess.Popen(['sleep', '300'], start_new_session=True)
 sys.modules['left_by_one'] = sys
-print(os.getpid(), sorted(os.listdir('/code')))
+left = sum(len(os.listdir(d)) for d in ('/tmp', '/dev/shm', '/workspace'))
+print(f"left: {left} files, {len(open('/proc/sysvipc/shm').read().splitlines()) - 1} segment")
 """
 
 LOOK = """
@@ -152,10 +153,10 @@ async def test_nothing_of_one_execution_is_visible_to_the_next(
 ) -> None:
     async with backend_with(nsjail_settings, warm_pool_size=2) as backend:
         await backend.wait_settled()
-        first = await run(
-            backend, "python", TRAIL.replace("import sysv_ipc if False else None\n", "")
-        )
+        first = await run(backend, "python", TRAIL)
         assert first.status == Status.OK, first.stderr
+        # It did leave all of it where it ran (what the next ones look for).
+        assert first.stdout.splitlines()[-1] == b"left: 6 files, 1 segment", first.stdout
         # The next ones were made before or while the first ran; neither sees it.
         for _ in range(3):
             second = await run(backend, "python", LOOK)
