@@ -134,24 +134,21 @@ class Staged:
             self.close()
 
     def close(self) -> None:
+        """Close the write end (the interpreter reads EOF) and drop the staged file
+        if it was never handed over."""
         if self.fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self.fd)
             self.fd = -1
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.staged_path)
 
 
-def hand_over_nothing(path: Path) -> None:
+def hand_over_nothing(path: Path, write: Callable[[Path, bytes], None]) -> None:
     """Let an interpreter waiting at `path` go with an empty program (it exits 0,
     and nsjail reaps it): how a sandbox never used is wound down without a kill."""
-    if not is_fifo(path):
-        return  # handed over already
-    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
-    try:
-        empty = path.with_name(f".{path.name}.empty")
-        os.close(os.open(empty, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644))
-        os.rename(empty, path)
-    finally:
-        os.close(fd)
+    if is_fifo(path):  # else handed over already
+        stage(path, b"", b"", write).deliver()
 
 
 def stage(path: Path, code: bytes, payload: bytes, write: Callable[[Path, bytes], None]) -> Staged:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from backends.base import InputFile, OutputFile
-from backends.handover import Staged, is_fifo, place_fifo, stage
+from backends.handover import Staged, hand_over_nothing, is_fifo, place_fifo, stage
 
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -154,7 +154,7 @@ class WorkspaceManager:
             if handover is None or not is_fifo(path):
                 _write_file(path, code, 0o644)
             else:
-                staged = stage(path, code, handover, lambda p, data: _write_file(p, data, 0o644))
+                staged = stage(path, code, handover, _write_code)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 raise WorkspaceError("the code does not fit in the disk limit") from exc
@@ -171,6 +171,10 @@ class WorkspaceManager:
     def place_fifo(self, ws: Workspace, code_filename: str) -> None:
         """Where an interpreter started ahead waits for its code."""
         place_fifo(ws.code_dir / code_filename)
+
+    def hand_over_nothing(self, ws: Workspace, code_filename: str) -> None:
+        """An empty program for an interpreter started ahead that was never used."""
+        hand_over_nothing(ws.code_dir / code_filename, _write_code)
 
     def _write_input(self, ws: Workspace, item: InputFile) -> None:
         rel = checked_relative(item.path)
@@ -269,6 +273,10 @@ def _write_file(path: Path, content: bytes, mode: int, uid: int = -1, gid: int =
             view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
+
+
+def _write_code(path: Path, content: bytes) -> None:
+    _write_file(path, content, 0o644)  # root-owned, read-only in the jail
 
 
 def _walk_regular_files(top: Path, skipped: list[str]) -> list[tuple[str, Path]]:

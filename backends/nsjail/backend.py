@@ -189,7 +189,7 @@ class NsjailBackend(SandboxBackend):
             problems.append(f"seccomp policy {self.policy_path} is missing")
         if not self.workspaces.runs_dir.is_dir():
             problems.append(f"state directory {self.workspaces.runs_dir} is missing")
-        if self._fill_error and not self._pooled():
+        if self._fill_error and not self.waiting():
             problems.append(f"sandboxes cannot be made ahead: {self._fill_error}")
         if problem := self.capture.health_problem():
             problems.append(problem)
@@ -302,7 +302,7 @@ class NsjailBackend(SandboxBackend):
     @property
     def ready_sandboxes(self) -> frozenset[str]:
         """Names of the sandboxes made ahead and waiting for a request."""
-        return frozenset(sandbox.name for pool in self._pools.values() for sandbox in pool)
+        return frozenset(sandbox.name for sandbox in self.waiting())
 
     def waiting(self) -> tuple[Sandbox, ...]:
         """The sandboxes made ahead and waiting for a request, oldest first per language."""
@@ -325,9 +325,6 @@ class NsjailBackend(SandboxBackend):
 
     def _next_name(self) -> str:
         return f"{self._prefix}-{next(self._counter)}"
-
-    def _pooled(self) -> int:
-        return sum(len(pool) for pool in self._pools.values())
 
     async def _dispose_pooled(self) -> None:
         factory = self._require_factory()

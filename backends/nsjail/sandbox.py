@@ -35,7 +35,7 @@ from backends.cgroups import CgroupError, CgroupLimits, CgroupManager, CgroupUsa
 from backends.egress.addresses import NameResolver
 from backends.egress.boundary import BoundaryError, open_boundary
 from backends.egress.session import EgressSession
-from backends.handover import Staged, hand_over_nothing, python_source
+from backends.handover import Staged, python_source
 from backends.nsjail.config import JailPaths, launch_line, render_args, rlimit_cpu_s
 from backends.nsjail.log import parse_log
 from backends.nsjail.process import GRACE_S, ProcessOutcome, spawn, supervise, terminate
@@ -213,11 +213,13 @@ class SandboxFactory:
         except UnicodeEncodeError as exc:
             raise BackendError(f"code is not valid UTF-8: {exc}") from None
         sandbox.egress.arm(spec.egress, spec.credentials, spec.internal_allow)
-        handover = python_source(code) if runtime.filename.endswith(".py") else code
+        handover = None
+        if self.settings.start_interpreter_ahead:
+            handover = python_source(code) if runtime.filename.endswith(".py") else code
         try:
             sandbox.staged = self.workspaces.fill(
                 sandbox.workspace, limits.disk_mb, runtime.filename, code, spec.files,
-                handover=handover if self.settings.start_interpreter_ahead else None,
+                handover=handover,
             )  # fmt: skip
             sandbox.cgroup.apply(
                 CgroupLimits(
@@ -320,9 +322,8 @@ class SandboxFactory:
         proc = sandbox.proc
         if proc is not None and self.settings.start_interpreter_ahead:
             # An interpreter never handed its code gets an empty program and exits.
-            path = sandbox.workspace.code_dir / self.settings.runtimes[sandbox.language].filename
             try:
-                await asyncio.to_thread(self._hand_over_nothing, sandbox, path)
+                await asyncio.to_thread(self._hand_over_nothing, sandbox)
             except OSError as exc:
                 log.warning("nsjail: cannot wind down the interpreter of %s: %s", sandbox.name, exc)
         if proc is not None and proc.stdin is not None:
@@ -346,11 +347,11 @@ class SandboxFactory:
         await sandbox.egress.stop()
         await asyncio.to_thread(self.release, sandbox)
 
-    @staticmethod
-    def _hand_over_nothing(sandbox: Sandbox, path: Path) -> None:
+    def _hand_over_nothing(self, sandbox: Sandbox) -> None:
         if sandbox.staged is not None:
-            sandbox.staged.close()
-        hand_over_nothing(path)
+            sandbox.staged.close()  # staged but never delivered: its file goes too
+        filename = self.settings.runtimes[sandbox.language].filename
+        self.workspaces.hand_over_nothing(sandbox.workspace, filename)
 
     def release(self, sandbox: Sandbox) -> None:
         """Kill, unmount, remove: idempotent, and tries every step (blocking)."""

@@ -186,11 +186,11 @@ async def test_an_interpreter_never_handed_code_is_let_go_with_an_empty_program(
     place_fifo(waiting)
     proc = start(waiting, PY)
     wait_blocked_on_fifo(proc)
-    hand_over_nothing(waiting)
+    hand_over_nothing(waiting, write)
     assert proc.wait(timeout=30) == 0
     late = tmp_path / "late.py"
     place_fifo(late)
-    hand_over_nothing(late)  # before the interpreter got there
+    hand_over_nothing(late, write)  # before the interpreter got there
     assert start(late, PY).wait(timeout=30) == 0
-    hand_over_nothing(late)  # once handed over: nothing to do
+    hand_over_nothing(late, write)  # once handed over: nothing to do
     assert sorted(p.name for p in tmp_path.iterdir()) == ["late.py", "waiting.py"]
