@@ -1,5 +1,7 @@
 """Which languages the pool of sandboxes made ahead should hold, from recent demand.
 
+(`split`, the largest-remainder sharing, also divides the docker pool by shape.)
+
 A sandbox made ahead already runs its language's interpreter, so the pool is
 split by language: each language gets a share of `warm_pool_size` in
 proportion to its requests in the last `window_s` seconds (largest remainder,
@@ -11,7 +13,10 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 WINDOW_S = 60.0
 # Enough to follow a mix; older entries are dropped with the window anyway.
@@ -38,17 +43,22 @@ class Demand:
     def shares(self, size: int, default: str) -> dict[str, int]:
         """How many sandboxes of each language to hold (summing to `size`)."""
         counts = self.recent()
-        if size <= 0:
-            return {}
-        if not counts:
+        if size > 0 and not counts:
             return {default: size}
-        total = sum(counts.values())
-        exact = {language: size * n / total for language, n in counts.items()}
-        shares = {language: int(value) for language, value in exact.items()}
         last = {language: i for i, (_, language) in enumerate(self._seen)}
-        by_remainder = sorted(
-            exact, key=lambda lang: (exact[lang] - shares[lang], last[lang]), reverse=True
-        )
-        for language in by_remainder[: size - sum(shares.values())]:
-            shares[language] += 1
-        return {language: n for language, n in shares.items() if n}
+        return split(size, counts, last)
+
+
+def split(size: int, counts: Mapping[K, int], last: Mapping[K, int]) -> dict[K, int]:
+    """`size` places shared in proportion to `counts` (largest remainder; ties to
+    the key with the highest `last`, the one asked for most recently); keys that get
+    none are left out."""
+    total = sum(counts.values())
+    if size <= 0 or not total:
+        return {}
+    exact = {key: size * n / total for key, n in counts.items()}
+    shares = {key: int(value) for key, value in exact.items()}
+    by_remainder = sorted(exact, key=lambda k: (exact[k] - shares[k], last[k]), reverse=True)
+    for key in by_remainder[: size - sum(shares.values())]:
+        shares[key] += 1
+    return {key: n for key, n in shares.items() if n}

@@ -40,7 +40,7 @@ from backends.base import (
 from backends.capture.host import DO_NOTHING, Capture, HostCapture, TracerHub
 from backends.capture.record import Behaviour
 from backends.ceilings import clamp as clamp_limits
-from backends.docker.config import LAUNCHER_SOURCE, Shape
+from backends.docker.config import LAUNCHER_SOURCE, Shape, reads_unbuffered
 from backends.docker.engine import Engine
 from backends.docker.etc import make_etc_dir, remove_etc_dir
 from backends.docker.image import default_image
@@ -107,7 +107,10 @@ class DockerBackend(SandboxBackend):
         self.pool = Pool(
             s.pool_size,
             s.pool_max_age_s,
-            Shape.of(self.clamp(Limits())),
+            # Before any request: python's, the usual language (or the first there is).
+            self.shape_of(
+                self.clamp(Limits()), min(s.runtimes, key=lambda k: k != "python", default="")
+            ),
             self._make,
             self._dispose,
             self._background,
@@ -236,7 +239,7 @@ class DockerBackend(SandboxBackend):
         if spec.language not in self._languages:
             raise BackendError(f"{self.name} backend does not serve language {spec.language!r}")
         spec = dataclasses.replace(spec, limits=self.clamp(spec.limits))
-        shape = Shape.of(spec.limits)
+        shape = self.shape_of(spec.limits, spec.language)
         self.pool.want(shape)
         s = self.settings
         # The pool's container, or one already starting for it (never a start of our
@@ -357,7 +360,9 @@ class DockerBackend(SandboxBackend):
             code=PROBE.replace("ARGV0S", repr(argv0s)),
             limits=self.clamp(Limits(timeout_s=30, memory_mb=128, pids=16, disk_mb=1)),
         )
-        shape = Shape.of(spec.limits)
+        if "python" not in self.settings.runtimes:
+            raise BackendError("the probe needs the python runtime")
+        shape = self.shape_of(spec.limits, spec.language)
         # A start that fails before the probe is handed over is retried as any
         # request's would be (no request carries the failures: reported on their own).
         container, failed = await acquire(
@@ -373,8 +378,6 @@ class DockerBackend(SandboxBackend):
         )
         self.start_failures.report(failed)
         try:
-            if "python" not in self.settings.runtimes:
-                raise BackendError("the probe needs the python runtime")
             result = await factory.finish(container, spec, await factory.execute(container, spec))
             state = await self.engine.state(container.id)
         finally:
@@ -413,7 +416,7 @@ class DockerBackend(SandboxBackend):
             )
 
             async def once(spec: ExecSpec = spec) -> Behaviour | None:
-                shape = Shape.of(spec.limits)
+                shape = self.shape_of(spec.limits, spec.language)
                 source = Source(
                     take=lambda: None,
                     dead=factory.dead,
@@ -461,6 +464,15 @@ class DockerBackend(SandboxBackend):
             return json.dumps(json.loads(Path(choice).read_text()), separators=(",", ":"))
         except (OSError, ValueError) as exc:
             raise BackendError(f"seccomp profile {choice}: {exc}") from exc
+
+    def shape_of(self, limits: Limits, language: str) -> Shape:
+        """The container a request of these limits and language needs (its language
+        only when interpreters start ahead)."""
+        s = self.settings
+        ahead = s.start_interpreter_ahead and language in s.runtimes
+        if ahead and reads_unbuffered(s, language):
+            ahead = s.ahead_unbuffered_max_bytes > 0
+        return Shape.of(limits, language if ahead else "")
 
     def clamp(self, limits: Limits) -> Limits:
         return clamp_limits(limits, self._max)

@@ -11,6 +11,7 @@ in place of the engine's own copies from its data root.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 from backends.base import ExecSpec, Limits
 from backends.docker.etc import FILES as ETC_FILES
 from backends.docker.settings import DockerSettings
+from backends.egress.boundary import PROXY_ENV
 
 MIB = 1024 * 1024
 LAUNCHER_SOURCE = Path(__file__).with_name("launcher.py")
@@ -29,20 +31,24 @@ MASKED_PATHS = [
     "/sys/firmware", "/sys/fs/cgroup",
 ]  # fmt: skip
 LABEL_PREFIX = "execgate."
+AHEAD_VARIABLE = "EXECGATE_AHEAD"  # the launcher's (launcher.py reads it by this name)
 
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """What a container is created with and cannot change afterwards."""
+    """What a container is created with and cannot change afterwards: its limits,
+    and the language whose interpreter it starts ahead ("": none, it waits for
+    the request to start one)."""
 
     memory_mb: int
     cpus: float
     pids: int
     disk_mb: int
+    language: str = ""
 
     @classmethod
-    def of(cls, limits: Limits) -> Shape:
-        return cls(limits.memory_mb, limits.cpus, limits.pids, limits.disk_mb)
+    def of(cls, limits: Limits, language: str = "") -> Shape:
+        return cls(limits.memory_mb, limits.cpus, limits.pids, limits.disk_mb, language)
 
 
 def rlimit_cpu_s(settings: DockerSettings) -> int:
@@ -58,9 +64,11 @@ def container_request(
     launcher: str,
     seccomp_json: str = "",
     etc_dir: str = "",
+    ahead: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The engine's create request (API body) for one sandbox of `shape`; `etc_dir`
-    holds the generated network files (etc.py)."""
+    holds the generated network files (etc.py); `ahead`, the program whose
+    interpreter the launcher starts before the request (`ahead_program`)."""
     s = settings
     memory = (shape.memory_mb + s.memory_overhead_mb) * MIB
     ulimits = [
@@ -108,7 +116,11 @@ def container_request(
         "Image": image,
         "Cmd": [s.launcher_python, "-I", "-S", "-c", launcher],
         "User": s.user,
-        "Env": [f"{key}={value}" for key, value in s.env.items()],
+        # The program's environment is the one the launcher gives it (never this):
+        # what to start ahead rides in the launcher's own, which no other process of
+        # the container can read (it is not dumpable), unlike its command line.
+        "Env": [f"{key}={value}" for key, value in s.env.items()]
+        + ([f"{AHEAD_VARIABLE}={json.dumps(ahead, separators=(',', ':'))}"] if ahead else []),
         "WorkingDir": "/workspace",
         "Hostname": "sandbox",
         "Labels": labels,
@@ -135,16 +147,63 @@ def etc_mounts(etc_dir: str) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def launch_request(
-    settings: DockerSettings, spec: ExecSpec, code: bytes, nonce: str
+# Interpreters that read their program from a pipe one byte per system call.
+UNBUFFERED_READERS = frozenset({"bash", "sh", "dash"})
+
+
+def reads_unbuffered(settings: DockerSettings, language: str) -> bool:
+    return Path(settings.runtimes[language].argv[0]).name in UNBUFFERED_READERS
+
+
+def program_env(settings: DockerSettings, proxy: bool) -> dict[str, str]:
+    """The program's whole environment: the configured one, and with a network
+    boundary the proxy's address (the same whether or not this execution may use
+    it, so an interpreter started ahead has it from its start)."""
+    if not proxy:
+        return dict(settings.env)
+    return {**settings.env, **dict(v.split("=", 1) for v in PROXY_ENV)}
+
+
+def ahead_program(
+    settings: DockerSettings, language: str, proxy: bool, relay: list[Any] | None
 ) -> dict[str, Any]:
-    """The header the launcher reads: everything about this execution but its bytes."""
+    """What the launcher of a container made ahead starts before any request: the
+    interpreter of `language` on its code file, with the program's environment
+    (nothing of a request, nothing secret: the engine shows it to whoever inspects
+    the container)."""
+    runtime = settings.runtimes[language]
+    ahead: dict[str, Any] = {
+        "argv": runtime.argv,
+        "filename": runtime.filename,
+        "env": program_env(settings, proxy),
+    }
+    if relay:
+        ahead["proxy_relay"] = relay
+    return ahead
+
+
+def launch_request(
+    settings: DockerSettings,
+    spec: ExecSpec,
+    code: bytes,
+    nonce: str,
+    *,
+    proxy: bool = False,
+    pipe_bytes: int = 0,
+    fresh: bool = False,
+) -> dict[str, Any]:
+    """The header the launcher reads: everything about this execution but its bytes
+    (`pipe_bytes`: what the host sends for an interpreter started ahead to read
+    instead of the code's own bytes, after them; 0: the code itself; `fresh`: the
+    interpreter started ahead is to be replaced by one started on the file)."""
     runtime = settings.runtimes[spec.language]
     return {
         "nonce": nonce,
         "argv": runtime.argv,
         "filename": runtime.filename,
-        "env": settings.env,
+        "env": program_env(settings, proxy),
+        "pipe_bytes": pipe_bytes,
+        "fresh": fresh,
         "code_bytes": len(code),
         "files": [[f.path, len(f.content)] for f in spec.files],
         "stdin_bytes": len(spec.stdin),

@@ -169,6 +169,9 @@ class GvisorBackend(DockerBackend):
             except BackendError:
                 await self.close()
                 raise
+            # Its runs went through the pool: not the demand it is to follow.
+            self.pool.forget_demand()
+            self.pool.tick()
 
     async def health(self) -> Health:
         if self.settings.capture.required and not self.capture.on:

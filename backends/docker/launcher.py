@@ -21,11 +21,24 @@ following links, with nothing left running that could swap a file, and the exit
 report, carrying the request's nonce, is the last thing written before this
 process exits with the program's status. See backends/docker/protocol.py for what
 the host believes of it.
+
+Started ahead (`start_interpreter_ahead`, the default), its EXECGATE_AHEAD variable
+names the program to come (interpreter argv, code file name, environment, and under gVisor
+the proxy relay): before announcing itself it puts a FIFO where the code file will
+be and starts the interpreter on it, which does its whole start-up and blocks
+reading the FIFO; ready is sent once it has opened it. The request's code is then
+written beside the FIFO, renamed over it, and the same bytes (or those the host
+sent for the pipe: Python's source encodings, backends/handover.py) are fed into
+the pipe, which is then closed: the interpreter reads its program to EOF and runs
+it as it would have run the file. An interpreter that exited before the request
+(a broken runtime), or one the request asks to replace (`fresh`), is started
+again, cold, once the code is there.
 """
 
 import contextlib
 import ctypes
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -41,6 +54,10 @@ CHUNK = 1 << 16
 WORKSPACE = "/workspace"
 CODE_DIR = "/code"
 MAX_DEPTH = 32
+F_SETPIPE_SZ = 1031  # fcntl's name for it is 3.10+
+# How long the interpreter started ahead may take to reach its code file before the
+# launcher says it is ready all the same (the hand-over then still works).
+AHEAD_WAIT_S = 20.0
 
 
 def send(kind, payload=b""):
@@ -94,10 +111,21 @@ def write_stream(path, size, mode):
     return digest.digest()
 
 
-def receive_files(request):
+def receive_files(request, warm=None):
+    """The code (beside the FIFO when an interpreter waits on it) and the input
+    files; with `warm`, also what the pipe is to carry, if the host sent its own."""
     code_path = os.path.join(CODE_DIR, request["filename"])
+    if warm is not None:
+        code_path = os.path.join(CODE_DIR, "." + os.path.basename(warm.path) + ".staged")
     write_stream(code_path, request["code_bytes"], 0o444)
-    os.chmod(CODE_DIR, 0o555)  # tidiness: the code is the program's own anyway
+    if warm is not None:
+        if request.get("pipe_bytes"):
+            warm.source = os.path.join(CODE_DIR, ".pipe")
+            write_stream(warm.source, request["pipe_bytes"], 0o400)
+        warm.staged = code_path
+        code_path = warm.path
+    else:
+        os.chmod(CODE_DIR, 0o555)  # tidiness: the code is the program's own anyway
     inputs = {}
     for path, size in request["files"]:
         parts = plain_path(path)
@@ -135,6 +163,98 @@ def start_program(request, code_path):
     os.close(fds[1][1])
     os.close(fds[2][1])
     return pid, fds[0][1], fds[1][0], fds[2][0]
+
+
+class Warm:
+    """The interpreter started ahead, on the FIFO at `path`, and its pipes."""
+
+    def __init__(self, path, pid, stdin_w, out_r, err_r):
+        self.path = path
+        self.pid, self.stdin_w, self.out_r, self.err_r = pid, stdin_w, out_r, err_r
+        self.fifo = -1  # the FIFO's write end, once the interpreter has opened it
+        self.exited = False
+        self.staged = ""
+        self.source = ""  # what the pipe carries ("": the code file itself)
+
+    def close_pipes(self):
+        for fd in (self.stdin_w, self.out_r, self.err_r, self.fifo):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.fifo = -1
+
+
+def start_ahead(ahead):
+    """Start the interpreter on a FIFO at the code file's path; return once it has
+    opened it (its start-up done), exited, or taken AHEAD_WAIT_S."""
+    path = os.path.join(CODE_DIR, ahead["filename"])
+    os.mkfifo(path, 0o644)
+    program = {"argv": ahead["argv"], "env": ahead["env"]}
+    warm = Warm(path, *start_program(program, path))
+    deadline = time.monotonic() + AHEAD_WAIT_S
+    pause = 0.0005
+    while warm.fifo < 0:
+        try:
+            # Refused (ENXIO) until a reader has the FIFO open (or is blocked
+            # opening it): the interpreter has reached its code.
+            warm.fifo = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            if os.waitpid(warm.pid, os.WNOHANG)[0] == warm.pid:
+                warm.exited = True
+                warm.close_pipes()
+                return warm
+            if time.monotonic() >= deadline:
+                # Read-write never waits for a reader nor fails on its absence.
+                warm.fifo = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+    return warm
+
+
+def hand_over(warm):
+    """The code file in place of the FIFO, and what the pipe is to carry opened;
+    as much written into the pipe as it holds. Returns (pipe fd, source fd), or
+    (-1, -1) when everything is written."""
+    os.rename(warm.staged, warm.path)
+    source = os.open(warm.source or warm.path, os.O_RDONLY | os.O_CLOEXEC)
+    if warm.source:
+        os.unlink(warm.source)
+    os.chmod(CODE_DIR, 0o555)
+    if warm.exited:  # started again, cold, on the code file
+        os.close(source)
+        return -1, -1
+    size = os.fstat(source).st_size
+    if size > 1 << 16:
+        for want in (size, 1 << 20):
+            try:
+                fcntl.fcntl(warm.fifo, F_SETPIPE_SZ, want)
+                break
+            except OSError:
+                continue
+    fifo, warm.fifo = warm.fifo, -1
+    return feed_code(fifo, source)
+
+
+def feed_code(fifo, source):
+    """Write into the pipe until it is full or the code is all in; (-1, -1) once
+    done, else the pair to go on with when the pipe has room."""
+    while True:
+        chunk = os.pread(source, CHUNK, os.lseek(source, 0, os.SEEK_CUR))
+        if not chunk:
+            break
+        try:
+            written = os.write(fifo, chunk)
+        except BlockingIOError:
+            return fifo, source
+        except OSError:  # EPIPE: the interpreter will not read more
+            break
+        os.lseek(source, written, os.SEEK_CUR)
+    os.close(fifo)
+    os.close(source)
+    return -1, -1
 
 
 def start_relay(target):
@@ -205,8 +325,9 @@ def kill_everything(pid=None):
         time.sleep(0.001)
 
 
-def supervise(request, stdin_left, stdin_w, out_r, err_r, pid):
-    """Relay stdin and output until the program exits; return its wait status."""
+def supervise(request, stdin_left, stdin_w, out_r, err_r, pid, code_feed=(-1, -1)):
+    """Relay stdin and output (and the rest of the code into an interpreter started
+    ahead) until the program exits; return its wait status."""
     deadline = time.monotonic() + request["backstop_s"]
     wake_r, wake_w = os.pipe()
     for fd in (wake_r, wake_w, stdin_w, out_r, err_r, 0):
@@ -217,6 +338,9 @@ def supervise(request, stdin_left, stdin_w, out_r, err_r, pid):
     sel.register(wake_r, selectors.EVENT_READ)
     sel.register(out_r, selectors.EVENT_READ, b"O")
     sel.register(err_r, selectors.EVENT_READ, b"E")
+    fifo, source = code_feed
+    if fifo >= 0:
+        sel.register(fifo, selectors.EVENT_WRITE, b"C")
     pending = b""
     if stdin_left:
         sel.register(0, selectors.EVENT_READ)
@@ -234,6 +358,11 @@ def supervise(request, stdin_left, stdin_w, out_r, err_r, pid):
             fd = key.fd
             if fd == wake_r:
                 os.read(wake_r, 4096)
+            elif fd == fifo:
+                sel.unregister(fifo)
+                fifo, source = feed_code(fifo, source)
+                if fifo >= 0:
+                    sel.register(fifo, selectors.EVENT_WRITE, b"C")
             elif fd == 0:
                 chunk = os.read(0, min(stdin_left, CHUNK))
                 if not chunk:
@@ -275,6 +404,9 @@ def supervise(request, stdin_left, stdin_w, out_r, err_r, pid):
                 # The program is done: nothing it started may go on (or keep a pipe open).
                 kill_everything()
     kill_everything()
+    for fd in (fifo, source):
+        if fd >= 0:
+            os.close(fd)
     return status, backstop
 
 
@@ -379,23 +511,43 @@ def main():
     # Not dumpable: other processes of this uid cannot ptrace this one or open its
     # /proc entries (its descriptors carry the frames). PR_SET_DUMPABLE = 4.
     ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+    warm = None
+    ahead = os.environ.get("EXECGATE_AHEAD")
+    if ahead:
+        ahead = json.loads(ahead)
+        if ahead.get("proxy_relay"):
+            start_relay(ahead["proxy_relay"])  # bound before the program starts
+        warm = start_ahead(ahead)
     send(b"R")
     try:
         size = struct.unpack(">I", read_exact(4))[0]
     except EOFError:
-        return 0  # never used (the host went away): nothing to do
+        return 0  # never used (the host went away): kill -1 ends the interpreter
     request = json.loads(read_exact(size))
     try:
-        code_path, inputs = receive_files(request)
+        if warm is not None and request.get("fresh") and not warm.exited:
+            # The host would rather have this code read from the file by an
+            # interpreter started now (bash reads a pipe one byte per call).
+            os.kill(warm.pid, signal.SIGKILL)
+            os.waitpid(warm.pid, 0)
+            warm.exited = True
+            warm.close_pipes()
+        code_path, inputs = receive_files(request, warm)
+        code_feed = hand_over(warm) if warm is not None else (-1, -1)
     except (OSError, ValueError) as exc:
         full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
         problem = "the code and input files do not fit in the disk limit" if full else str(exc)
         send(b"X", json.dumps({"nonce": request["nonce"], "setup_error": problem}).encode())
         return 125
-    if request.get("proxy_relay"):
-        start_relay(request["proxy_relay"])
-    pid, stdin_w, out_r, err_r = start_program(request, code_path)
-    status, backstop = supervise(request, request["stdin_bytes"], stdin_w, out_r, err_r, pid)
+    if warm is not None and not warm.exited:
+        pid, stdin_w, out_r, err_r = warm.pid, warm.stdin_w, warm.out_r, warm.err_r
+    else:
+        if request.get("proxy_relay") and warm is None:
+            start_relay(request["proxy_relay"])
+        pid, stdin_w, out_r, err_r = start_program(request, code_path)
+    status, backstop = supervise(
+        request, request["stdin_bytes"], stdin_w, out_r, err_r, pid, code_feed
+    )
     full = disk_full()
     send_files(request, inputs)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -6,11 +6,13 @@ made ahead: created, attached, started, their launcher waiting for a request. No
 has run user code; each is taken once, and removed after its one execution; a
 taken container is replaced in the background.
 
-What the engine fixes at creation (memory, CPUs, processes, disk) is the
-container's *shape*, and only a request of the same shape can use it. The pool
-makes the shape most requested lately (of the last `RECENT` requests; the default
-request's shape to begin with), so a steady workload is served from it and an
-unusual request simply starts its own container.
+What the engine fixes at creation (memory, CPUs, processes, disk, and the
+language whose interpreter a container starts ahead) is the container's *shape*,
+and only a request of the same shape can use it. The pool is shared among the
+shapes of the last `RECENT` requests in proportion to their counts (largest
+remainder, backends/demand.py; the default request's shape to begin with), so a
+steady workload, or a steady mix of languages, is served from it and an unusual
+request simply starts its own container.
 
 How many: enough to cover the requests that arrive while replacements start
 (Little's law: the arrival rate over the last `demand_window_s` times the measured
@@ -44,6 +46,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends.demand import split
 from backends.docker.config import Shape
 from backends.docker.sandbox import Container
 
@@ -177,7 +180,7 @@ class Pool:
         self.max_size = max(size, max_size) if size else 0
         self.max_age_s = max_age_s
         self.demand_window_s = demand_window_s
-        self.shape = shape
+        self.default_shape = shape
         self._make = make
         self._background = background
         self.starting = 0  # starts under way, the pool's and requests' own
@@ -214,7 +217,32 @@ class Pool:
         """A request of this shape arrived (the pool follows the demand)."""
         self._recent.append(shape)
         self._arrivals.append(time.monotonic())
-        self._follow_demand()
+
+    def forget_demand(self) -> None:
+        """What came so far was not demand (the backend's own start-up runs)."""
+        self._recent.clear()
+        self._arrivals.clear()
+
+    @property
+    def shape(self) -> Shape:
+        """The shape requested most lately (ties: the latest)."""
+        shares = self.shares(RECENT)
+        return max(shares, key=shares.__getitem__, default=self.default_shape)
+
+    def shares(self, size: int | None = None) -> dict[Shape, int]:
+        """How many of the target (or of `size`) each shape should have."""
+        size = self.target() if size is None else size
+        if not self._recent:
+            return {self.default_shape: size} if size > 0 else {}
+        counts = collections.Counter(self._recent)
+        last = {shape: i for i, shape in enumerate(self._recent)}
+        return split(size, counts, last)
+
+    def _held(self, shape: Shape) -> int:
+        """Containers of this shape waiting or being started for the pool (a start
+        dropped for a request's own still counts until its turn comes)."""
+        waiting = sum(1 for c in self._ready if c.shape == shape)
+        return waiting + sum(1 for f in self._fills if f.shape == shape)
 
     def target(self) -> int:
         """How many containers should be ready or starting now."""
@@ -227,12 +255,6 @@ class Pool:
         need = math.ceil(rate * self.start_latency_s)
         return min(max(self.size, need), self.max_size)
 
-    def _follow_demand(self) -> None:
-        counts = collections.Counter(self._recent)
-        top, top_count = counts.most_common(1)[0]
-        if top != self.shape and top_count > counts.get(self.shape, 0):
-            self.shape = top
-
     # --- taking ------------------------------------------------------------------
 
     def take(self, shape: Shape) -> Container | None:
@@ -241,9 +263,10 @@ class Pool:
         that a container that died while it waited is recorded, not just dropped."""
         now = time.monotonic()
         found = None
+        shares = self.shares()
         for container in list(self._ready):
             stale = now - container.created >= self.max_age_s
-            if stale or container.shape != self.shape:
+            if stale or not shares.get(container.shape):
                 self._ready.remove(container)
                 self.disposer.put(container)
             elif found is None and container.shape == shape:
@@ -301,17 +324,19 @@ class Pool:
         """Start what the target asks for (in the background, bounded)."""
         if self.closing:
             return
-        missing = self.target() - len(self._ready) - len(self._fills)
-        for _ in range(missing):
-            fill = _Fill(self.shape)
-            self._fills.append(fill)
-            fill.task = self._background.start(self._fill_one(fill))
+        room = self.max_size - len(self._ready) - len(self._fills)
+        for shape, share in self.shares().items():
+            for _ in range(min(share - self._held(shape), room)):
+                fill = _Fill(shape)
+                self._fills.append(fill)
+                fill.task = self._background.start(self._fill_one(fill))
+                room -= 1
 
     async def _fill_one(self, fill: _Fill) -> None:
         container: Container | None = None
         try:
             async with self._slots:
-                if self.closing or fill.dropped or fill.shape != self.shape:
+                if self.closing or fill.dropped or not self.shares().get(fill.shape):
                     return  # no longer wanted before it began
                 fill.started = True
                 t0 = time.monotonic()
@@ -341,8 +366,9 @@ class Pool:
 
     def _keep(self, container: Container) -> None:
         """A ready container nobody claimed: into the pool, if it is still wanted."""
-        wanted = len(self._ready) + len(self._fills) < self.max_size
-        if self.closing or container.shape != self.shape or not wanted:
+        # A shape still wanted at all (beyond its share, `tick` trims it).
+        room = len(self._ready) + len(self._fills) < self.max_size
+        if self.closing or not room or not self.shares().get(container.shape):
             self.disposer.put(container)
         else:
             self._ready.append(container)
@@ -354,14 +380,18 @@ class Pool:
         if self.closing:
             return
         now = time.monotonic()
-        excess = len(self._ready) + len(self._fills) - self.target()
-        for container in list(self._ready):
-            if excess > 0 or now - container.created >= self.max_age_s:
+        shares = self.shares()
+        excess = {shape: self._held(shape) - shares.get(shape, 0) for shape in self._shapes()}
+        for container in list(self._ready):  # the oldest first
+            if excess[container.shape] > 0 or now - container.created >= self.max_age_s:
                 self._ready.remove(container)
                 self.disposer.put(container)
-                excess -= 1
+                excess[container.shape] -= 1
         if now >= self._retry_at:
             self.replenish()
+
+    def _shapes(self) -> set[Shape]:
+        return {c.shape for c in self._ready} | {f.shape for f in self._fills}
 
     async def maintain(self) -> None:
         """Run `tick` every TICK_S until cancelled."""

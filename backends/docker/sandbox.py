@@ -37,21 +37,23 @@ from typing import Any
 from backends.attempts import close_fd, exited, open_pidfd, raise_start_error
 from backends.base import BackendError, ExecResult, ExecSpec, SandboxStartError
 from backends.cgroups import remove_container_leftovers
-from backends.docker.config import Shape, container_request, launch_request
+from backends.docker.config import (
+    Shape,
+    ahead_program,
+    container_request,
+    launch_request,
+    reads_unbuffered,
+)
 from backends.docker.engine import Engine
 from backends.docker.protocol import Caps, FrameReader, ProtocolError, request_header
 from backends.docker.reaper import Instance
 from backends.docker.settings import DockerSettings
 from backends.docker.status import Observed, decide, program_end
 from backends.egress.addresses import NameResolver
-from backends.egress.boundary import (
-    PROXY_ENV,
-    BoundaryError,
-    BoundaryFds,
-    open_boundary,
-)
+from backends.egress.boundary import BoundaryError, BoundaryFds, open_boundary
 from backends.egress.session import EgressSession
 from backends.egress.veth import GATEWAY_V4, RELAY_TARGET, open_veth_boundary
+from backends.handover import python_source
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +135,13 @@ class ContainerFactory:
         SandboxStartError (with the stage that failed) and leaves nothing behind."""
         name = f"{self.instance.name_prefix}-{next(self._counter)}"
         labels = self.instance.labels(self.backend_name, execution_id)
+        ahead = None
+        if shape.language:
+            relay = list(RELAY_TARGET) if self.boundary and self.holder_runtime else None
+            ahead = ahead_program(self.settings, shape.language, self.boundary, relay)
         body = container_request(
             self.settings, self.image, shape, labels, self.launcher, self.seccomp_json,
-            self.etc_dir,
+            self.etc_dir, ahead,
         )  # fmt: skip
         holder, holder_name, egress, holder_pidfd = "", "", None, -1
         if self.boundary and self.holder_runtime:
@@ -277,13 +283,24 @@ class ContainerFactory:
             max_file_bytes=s.max_output_file_bytes,
             max_total_bytes=s.max_output_total_bytes,
         )
-        header = launch_request(s, spec, code, container.frames.nonce)
+        # What an interpreter started ahead reads through its pipe, where it differs
+        # from the code file (backends/handover.py).
+        payload = b""
+        if container.shape.language == "python" and (source := python_source(code)) != code:
+            payload = source
+        proxy = container.egress is not None
+        fresh = bool(container.shape.language) and (
+            reads_unbuffered(s, spec.language) and len(code) > s.ahead_unbuffered_max_bytes
+        )
+        header = launch_request(
+            s, spec, code, container.frames.nonce, proxy=proxy, pipe_bytes=len(payload),
+            fresh=fresh,
+        )  # fmt: skip
         if container.egress is not None:
             container.egress.arm(spec.egress, spec.credentials, spec.internal_allow)
-            header["env"] = {**header["env"], **dict(v.split("=", 1) for v in PROXY_ENV)}
-            if container.holder:
+            if container.holder and not container.shape.language:
                 header["proxy_relay"] = list(RELAY_TARGET)
-        parts = [request_header(header), code]
+        parts = [request_header(header), code, payload]
         parts += [f.content for f in spec.files] + [spec.stdin]
         started = time.monotonic()
         hit = asyncio.Event()

@@ -72,6 +72,15 @@ class DockerSettings(SandboxCeilings):
     engine_timeout_s: float = Field(30.0, gt=0)
     # How long a container may take from create to its launcher saying it is ready.
     start_timeout_s: float = Field(30.0, gt=0)
+    # Each container made ahead starts its language's interpreter on the code file's
+    # path (a FIFO until the code is handed over): the request finds its start-up
+    # done. The pool is then split by language too. False: the launcher starts the
+    # interpreter once the code is there.
+    start_interpreter_ahead: bool = True
+    # bash reads a script from a pipe one byte per system call (it cannot seek back
+    # there): code longer than this is run by a bash started once it is in place
+    # (the one started ahead is killed); 0: bash is not started ahead.
+    ahead_unbuffered_max_bytes: int = Field(16384, ge=0, le=1 << 20)
 
     @field_validator("env")
     @classmethod
@@ -95,5 +104,8 @@ class GvisorSettings(DockerSettings):
     capture_egress_runtime: str = "runsc-egress-capture"
     trace_dir: str = "/run/execgate-gvisor-trace"
     pids_limit_mode: Literal["cgroup", "rlimit"] = "rlimit"
+    # A system call costs tens of microseconds on gVisor's ptrace platform: bash
+    # reading its script byte by byte from a pipe loses more than its start saves.
+    ahead_unbuffered_max_bytes: int = Field(0, ge=0, le=1 << 20)
     # gVisor's kernel (the Sentry) and its file proxy share the container's cgroup.
     memory_overhead_mb: int = Field(64, ge=0, le=4096)

@@ -204,6 +204,11 @@ async def run_bench(runs: int) -> dict[str, Any]:
 
         # print(1) on gVisor through the whole gateway, a pooled container waiting.
         results["gateway_gvisor"] = await gateway_print(root / "gvisor", "docker-gvisor", runs)
+        # The same with the interpreter started once the code is there (no zero cold start).
+        results["gateway_gvisor_cold_start"] = await gateway_print(
+            root / "gvisor-cold", "docker-gvisor", runs,
+            EXECGATE_BACKENDS_DOCKER_GVISOR_START_INTERPRETER_AHEAD="false",
+        )  # fmt: skip
         # What recording the code's behaviour costs: the same gateway, capture on and off
         # (on is the default; measured again here so both sides share the moment).
         off = '{"enabled": false}'
@@ -282,6 +287,7 @@ def render_table(results: dict[str, Any]) -> str:
         "gateway_noop",
         "gateway_healthz",
         "gateway_gvisor",
+        "gateway_gvisor_cold_start",
         "gateway_noop_opa",
         "policy_embedded",
         "policy_rego_cpp",

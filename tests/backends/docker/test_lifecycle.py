@@ -110,7 +110,7 @@ async def test_pool_follows_the_requested_shape() -> None:
         for _ in range(3):
             result = await backend.run(ExecSpec("exe_shape", "bash", "echo x", unusual))
             assert result.status == Status.OK
-        assert backend.pool.shape == Shape.of(backend.clamp(unusual))
+        assert backend.pool.shape == Shape.of(backend.clamp(unusual), "bash")
         await backend.wait_settled()
         hits = backend.pool.hits
         await backend.run(ExecSpec("exe_shape", "bash", "echo x", unusual))
@@ -163,9 +163,18 @@ async def test_containers_are_hardened_as_the_engine_sees_them() -> None:
         found = await asyncio.to_thread(api.inspect_container, name)
         config, host = found["Config"], found["HostConfig"]
         assert config["User"] == "150000:150000"
-        assert sorted(config["Env"]) == sorted(
-            ["PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace", "LANG=C.UTF-8"]
-        )
+        plain = ["PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace", "LANG=C.UTF-8"]
+        (ahead,) = [v for v in config["Env"] if v.startswith("EXECGATE_AHEAD=")]
+        assert sorted(set(config["Env"]) - {ahead}) == sorted(plain)
+        # The launcher's own: the interpreter to start ahead, with the program's
+        # environment (the configured one and the proxy's address), nothing else.
+        program = json.loads(ahead.split("=", 1)[1])
+        assert program.pop("argv") == ["/usr/bin/python3", "-I"]
+        assert program.pop("filename") == "main.py"
+        proxy = {k for k in program.pop("env") if k.lower().endswith("_proxy")}
+        assert proxy == {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
+                         "https_proxy", "all_proxy"}  # fmt: skip
+        assert program == {}
         # Not "disabled": the gateway furnishes the `none` network (backends/egress/).
         assert not config.get("NetworkDisabled")
         assert config["Labels"]["execgate.instance"] == backend.instance.id

@@ -17,8 +17,9 @@ from backends.base import Limits
 from backends.docker.config import Shape
 from backends.docker.pool import Background, Disposer, Pool
 
-SHAPE = Shape.of(Limits())
-OTHER = Shape.of(Limits(memory_mb=96))
+SHAPE = Shape.of(Limits(), "python")
+OTHER = Shape.of(Limits(memory_mb=96), "python")
+BASH = Shape.of(Limits(), "bash")
 _names = itertools.count(1)
 
 
@@ -268,3 +269,27 @@ async def test_a_request_waits_for_a_start_under_way_no_longer_than_its_deadline
     engine.gate.set()
     await settled(bg)
     assert pool.ready == frozenset({engine.made[0].name})  # the late one is the pool's
+
+
+async def test_the_pool_is_shared_among_the_shapes_asked_for_lately() -> None:
+    engine, bg = Engine(), Background()
+    pool = pool_of(engine, bg, size=4, max_size=4)
+    assert pool.shares() == {SHAPE: 4}  # before any request: the default's
+    for _ in range(6):
+        pool.want(SHAPE)
+        pool.want(BASH)
+    pool.want(OTHER)  # once in 13: no share of 4
+    assert pool.shares() == {SHAPE: 2, BASH: 2}
+    pool.replenish()
+    await settled(bg)
+    assert sorted(c.shape.language for c in pool._ready) == ["bash", "bash", "python", "python"]
+    for _ in range(16):
+        pool.want(BASH)  # python ages out of the recent requests
+    assert pool.shape == BASH and pool.shares() == {BASH: 4}
+    pool.tick()
+    await settled(bg)
+    assert [c.shape for c in pool._ready] == [BASH] * 4
+    removed = [c.shape for c in engine.removed]
+    assert removed == [SHAPE, SHAPE]  # the unwanted ones, not the ones still wanted
+    # A request of a shape the pool no longer holds starts its own; the pool's stay.
+    assert pool.take(SHAPE) is None and len(pool.ready) == 4

@@ -18,12 +18,13 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from backends.base import ExecResult, Status
+from backends.base import Status
 from backends.capture.host import idle_child
 from backends.nsjail.backend import NsjailBackend
 from backends.nsjail.settings import NsjailSettings
 from tests.backends.conformance import run
 from tests.backends.conftest import assert_nsjail_host_clean
+from tests.backends.warm_cases import CASES, assert_no_trail, assert_runs_as_cold
 
 pytestmark = pytest.mark.integration
 
@@ -49,48 +50,6 @@ async def pair(
         yield warm, cold
 
 
-def seen(result: ExecResult) -> tuple[object, ...]:
-    return (result.status, result.exit_code, result.stdout, result.stderr,
-            result.truncated_stdout)  # fmt: skip
-
-
-PYTHON_SELF = """
-import os, sys, __main__
-print(sys.argv, sys.orig_argv, __name__, __file__, __main__.__file__, __spec__, __doc__)
-print(type(__loader__).__name__, __loader__.name, __loader__.path, __package__, __cached__)
-print(sorted(sys.modules))
-print(sys.path, sys.flags)
-print(sorted(os.listdir('/proc/self/fd')), os.getpid(), os.getppid())
-print(sorted(k for k in os.environ), open('/proc/self/cmdline', 'rb').read())
-print(len(open(__file__).read()))
-print(sorted(os.listdir('/code')), sys.stdin.read())
-"""
-
-CASES: list[tuple[str, str, str, dict[str, float]]] = [
-    ("python", "self", PYTHON_SELF, {}),
-    ("python", "traceback", "def f():\n    return {}['missing']\n\nf()\n", {}),
-    ("python", "syntax", "print('unclosed'\n", {}),
-    ("python", "exit-status", "import sys\nsys.exit(7)\n", {}),
-    ("python", "exit-message", "raise SystemExit('gone')\n", {}),
-    ("python", "interrupt", "raise KeyboardInterrupt\n", {}),
-    ("python", "signal", "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n", {}),
-    ("python", "atexit", "import atexit\natexit.register(print, 'bye')\nprint('hi')\n", {}),
-    ("python", "latin-1", "# -*- coding: latin-1 -*-\nprint(len('é'), ascii('é'))\n", {}),
-    ("python", "output-cap", "print('x' * 100000)\n", {"output_bytes": 1000}),
-    ("bash", "self", 'echo "$0" "$#" "$BASH_SOURCE" $$; cat "$0" | wc -c; read -r l; echo "$l"\n'
-     "ls -a /code; ls /proc/self/fd | wc -l\n", {}),
-    ("bash", "syntax", "if then fi\n", {}),
-    ("bash", "exit", "exit 42\n", {}),
-    ("bash", "signal", "kill -KILL $$\n", {}),
-    ("javascript", "self",
-     "console.log(process.argv, __filename, require.main === module, module.id,"
-     " Object.keys(require.cache), process.execArgv, process.pid)\n"
-     "console.log(require('fs').readFileSync(__filename, 'utf8').length)\n", {}),
-    ("javascript", "throw", "function f() { return null.x }\nf()\n", {}),
-    ("javascript", "exit", "process.exitCode = 5\n", {}),
-]  # fmt: skip
-
-
 @pytest.mark.parametrize(
     ("language", "code", "limits"),
     [(lang, code, limits) for lang, _, code, limits in CASES],
@@ -99,12 +58,7 @@ CASES: list[tuple[str, str, str, dict[str, float]]] = [
 async def test_code_runs_as_it_would_have_cold(
     pair: tuple[NsjailBackend, NsjailBackend], language: str, code: str, limits: dict[str, float]
 ) -> None:
-    warm, cold = pair
-    await warm.wait_settled()
-    stdin = b"the program's own stdin\n"
-    hot = await run(warm, language, code, stdin=stdin, **limits)
-    plain = await run(cold, language, code, stdin=stdin, **limits)
-    assert seen(hot) == seen(plain), (hot.stderr, plain.stderr)
+    await assert_runs_as_cold(*pair, language, code, limits)
 
 
 async def test_a_pooled_sandbox_waits_in_its_interpreter(nsjail_settings: NsjailSettings) -> None:
@@ -123,44 +77,12 @@ async def test_a_pooled_sandbox_waits_in_its_interpreter(nsjail_settings: Nsjail
         assert (result.status, result.stdout) == (Status.OK, b"1\n")
 
 
-TRAIL = """
-import ctypes, os, subprocess, sys
-for d in ('/tmp', '/dev/shm', '/workspace'):
-    open(f'{d}/left-by-one', 'w').write('secret-of-one')
-    os.mkfifo(f'{d}/fifo-of-one')
-os.environ['LEFT_BY_ONE'] = '1'
-ctypes.CDLL(None).shmget(0xC0DE, 4096, 0o1666)  # IPC_CREAT: a SysV segment left behind
-subprocess.Popen(['sleep', '300'], start_new_session=True)
-sys.modules['left_by_one'] = sys
-left = sum(len(os.listdir(d)) for d in ('/tmp', '/dev/shm', '/workspace'))
-print(f"left: {left} files, {len(open('/proc/sysvipc/shm').read().splitlines()) - 1} segment")
-"""
-
-LOOK = """
-import os, sys
-found = []
-for d in ('/tmp', '/dev/shm', '/workspace', '/code'):
-    found += [f'{d}/{n}' for n in os.listdir(d) if n != 'main.py']
-found += [p for p in os.listdir('/proc') if p.isdigit() and p != str(os.getpid())]
-found += [k for k in os.environ if 'ONE' in k] + [m for m in sys.modules if 'one' in m]
-found += [l for l in open('/proc/sysvipc/shm').read().splitlines()[1:]]
-print(found, open('/code/main.py').read() == open(__file__).read())
-"""
-
-
 async def test_nothing_of_one_execution_is_visible_to_the_next(
     nsjail_settings: NsjailSettings,
 ) -> None:
     async with backend_with(nsjail_settings, warm_pool_size=2) as backend:
         await backend.wait_settled()
-        first = await run(backend, "python", TRAIL)
-        assert first.status == Status.OK, first.stderr
-        # It did leave all of it where it ran (what the next ones look for).
-        assert first.stdout.splitlines()[-1] == b"left: 6 files, 1 segment", first.stdout
-        # The next ones were made before or while the first ran; neither sees it.
-        for _ in range(3):
-            second = await run(backend, "python", LOOK)
-            assert (second.status, second.stdout) == (Status.OK, b"[] True\n"), second.stderr
+        await assert_no_trail(backend)
         await assert_nsjail_host_clean(backend)
 
 
