@@ -9,8 +9,9 @@ taken container is replaced in the background.
 What the engine fixes at creation (memory, CPUs, processes, disk, and the
 language whose interpreter a container starts ahead) is the container's *shape*,
 and only a request of the same shape can use it. The pool is shared among the
-shapes of the last `RECENT` requests in proportion to their counts (largest
-remainder, backends/demand.py; the default request's shape to begin with), so a
+shapes asked for at least `SHARE_MIN` times in the last `RECENT` requests, in
+proportion to their counts (largest remainder, backends/demand.py; the default
+request's shape when there is none), so a
 steady workload, or a steady mix of languages, is served from it and an unusual
 request simply starts its own container.
 
@@ -53,6 +54,8 @@ from backends.docker.sandbox import Container
 log = logging.getLogger(__name__)
 
 RECENT = 16
+# Requests of a shape among the RECENT before the pool holds any of it.
+SHARE_MIN = 2
 # Before the first start is measured: a runc start on a quiet host, roughly.
 INITIAL_START_S = 0.5
 # Weight of the newest start in the start latency's moving average.
@@ -232,9 +235,11 @@ class Pool:
     def shares(self, size: int | None = None) -> dict[Shape, int]:
         """How many of the target (or of `size`) each shape should have."""
         size = self.target() if size is None else size
-        if not self._recent:
+        # A shape asked for once lately is an unusual request, not demand: it starts
+        # its own container, and the pool does not churn after it.
+        counts = {s: n for s, n in collections.Counter(self._recent).items() if n >= SHARE_MIN}
+        if not counts:
             return {self.default_shape: size} if size > 0 else {}
-        counts = collections.Counter(self._recent)
         last = {shape: i for i, shape in enumerate(self._recent)}
         return split(size, counts, last)
 
