@@ -75,6 +75,9 @@ async def test_no_state_passes_between_executions_through_the_pool() -> None:
     )
     async with started(pool_size=1) as backend:
         await backend.wait_settled()
+        # bash becomes demand (a shape asked for once gets no share of the pool), so
+        # the second run is served by a container the pool made after the first.
+        await run(backend, "bash", "true")
         a = await run(backend, "bash", first)
         await backend.wait_settled()
         b = await run(backend, "bash", second)
@@ -175,8 +178,9 @@ async def test_containers_are_hardened_as_the_engine_sees_them() -> None:
         assert proxy == {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
                          "https_proxy", "all_proxy"}  # fmt: skip
         assert program == {}
-        # Not "disabled": the gateway furnishes the `none` network (backends/egress/).
-        assert not config.get("NetworkDisabled")
+        # "Disabled" for the engine (no libnetwork sandbox, no prestart hook): the
+        # container still gets a namespace of its own, which the gateway furnishes.
+        assert config.get("NetworkDisabled") is True
         assert config["Labels"]["execgate.instance"] == backend.instance.id
         assert host["NetworkMode"] == "none"
         assert host["ReadonlyRootfs"] is True
