@@ -74,7 +74,7 @@ class PolicyEngine(Protocol):
 @runtime_checkable
 class LogMasker(Protocol):
     """An engine that can also answer `data.system.log.mask` in-process, cheaply,
-    with the policy revision that decided (the decision-input log asks it)."""
+    from any thread (the decision-input log's writer asks it, off the event loop)."""
 
     def mask_pointers(self, entry: dict[str, Any]) -> list[str] | None:
         """The JSON pointers to erase from a decision-log entry; None: not answered

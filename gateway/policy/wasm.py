@@ -8,7 +8,10 @@ module at start-up and on reload; wasmtime runs it. Why this shape:
 - speed: one decision is tens of microseconds (OPA's one-call `opa_eval`), so it
   runs on the event loop itself. Nothing queues behind a thread, so a burst that
   keeps the CPUs busy with sandboxes does not turn into decision timeouts: the
-  deadline counts the evaluation only;
+  deadline counts the evaluation only. The decision-log mask (which compiles its
+  regexes on every evaluation: twice a decision's cost) is answered by a second
+  instance of the same module on the decision-input log's writer thread, off the
+  request path; wasmtime runs the module with the GIL released;
 - a deadline that is enforced: wasmtime's epoch interruption stops a runaway
   evaluation at `timeout_ms` (a ticker thread advances the epoch), so the event
   loop is held at most that long, and the instance is rebuilt afterwards;
@@ -116,14 +119,20 @@ class _I32Call:
 
 
 class WasmPolicy:
-    """One instantiated policy. Not thread-safe: used from the event loop only."""
+    """One instantiated policy. Not thread-safe: one thread at a time uses it (the
+    event loop the decisions' instance, the mask's under its lock)."""
 
     def __init__(self, engine: wasmtime.Engine, module: wasmtime.Module, data: Any) -> None:
         self._engine = engine
         self._module = module
         self._data_json = json.dumps(data, ensure_ascii=False).encode()
         self._builtin_names: dict[int, str] = {}
+        self._data = data
         self._instantiate()
+
+    def twin(self) -> WasmPolicy:
+        """Another instance of the same module and data (its own store and memory)."""
+        return WasmPolicy(self._engine, self._module, self._data)
 
     def _instantiate(self) -> None:
         store = wasmtime.Store(self._engine)
@@ -314,6 +323,10 @@ class WasmEngine:
             log.warning("wasmtime's compilation cache is unavailable: %s", exc)
         self._wasm_engine = wasmtime.Engine(config)
         self._policy: WasmPolicy | None = None
+        # The mask's own instance: used on the decision-input writer's thread, one
+        # evaluation at a time (the lock), never by the event loop's decisions.
+        self._masking: WasmPolicy | None = None
+        self._mask_lock = threading.Lock()
         self._revision_of_policy = ""
         self._ticker: _Ticker | None = None
         self._closed = False
@@ -336,8 +349,10 @@ class WasmEngine:
         wasm = await build_wasm(self.opa_bin, sources)
         if self._ticker is None:
             self._ticker = _Ticker(self._wasm_engine, self._timeout_ms / 1000 / _TICKS_PER_DEADLINE)
-        policy = await asyncio.to_thread(self._load, wasm, sources)
+        policy, masking = await asyncio.to_thread(self._load, wasm, sources)
         self._policy, self._revision_of_policy = policy, sources.revision
+        # A plain swap: an evaluation under way on the old instance finishes on it.
+        self._masking = masking
         self.revision = sources.revision
         log.info(
             "embedded policy engine (OPA Wasm) ready: %d modules from %s, revision %s",
@@ -346,7 +361,7 @@ class WasmEngine:
             self.revision[:12],
         )
 
-    def _load(self, wasm: bytes, sources: PolicySources) -> WasmPolicy:
+    def _load(self, wasm: bytes, sources: PolicySources) -> tuple[WasmPolicy, WasmPolicy | None]:
         try:
             module = wasmtime.Module(self._wasm_engine, wasm)
         except wasmtime.WasmtimeError as exc:
@@ -365,7 +380,7 @@ class WasmEngine:
         except PolicyEngineError as exc:
             if "undefined" not in exc.message:
                 raise
-        return policy
+        return policy, policy.twin() if policy.mask_entrypoint is not None else None
 
     async def decide(self, input: dict[str, Any]) -> EngineAnswer:
         policy = self._usable()
@@ -406,16 +421,18 @@ class WasmEngine:
 
     def mask_pointers(self, entry: dict[str, Any]) -> list[str] | None:
         """`data.system.log.mask` for a decision-log entry, by the revision loaded
-        now (tens of microseconds, on the caller's thread: the event loop's, like
-        every evaluation of this module). None on any failure: the log's own
-        evaluator then decides and names the problem."""
-        policy = self._policy
-        if self._closed or policy is None or policy.mask_entrypoint is None:
-            return None
-        try:
-            value = policy.evaluate(entry, _TICKS_PER_DEADLINE + 1, policy.mask_entrypoint)
-        except (PolicyEngineError, _Interrupted):
-            return None
+        now, on the mask's own instance (thread-safe: the decision-input log's
+        writer thread asks, off the request path; ~0.1 ms, most of it with the GIL
+        released). None on any failure: the log's own evaluator then decides and
+        names the problem."""
+        with self._mask_lock:
+            policy = self._masking
+            if self._closed or policy is None or policy.mask_entrypoint is None:
+                return None
+            try:
+                value = policy.evaluate(entry, _TICKS_PER_DEADLINE + 1, policy.mask_entrypoint)
+            except (PolicyEngineError, _Interrupted):
+                return None
         if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
             return None
         return sorted(value)
@@ -434,6 +451,7 @@ class WasmEngine:
     async def close(self) -> None:
         self._closed = True
         self._policy = None
+        self._masking = None
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None

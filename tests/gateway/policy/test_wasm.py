@@ -240,6 +240,48 @@ async def test_mask_is_answered_as_the_log_masks_it(shipped: WasmEngine) -> None
         assert shipped.mask_pointers(entry) == mask.pointers(entry), claims
 
 
+async def test_mask_is_answered_off_the_loop_while_the_loop_decides(
+    shipped: WasmEngine,
+) -> None:
+    # The decision-input log's writer asks for the mask on its own threads while the
+    # event loop keeps deciding: the mask has its own instance, so neither sees the
+    # other's input (one shared instance would interleave their heaps).
+    mask = LogMask(POLICIES)
+    entries = [
+        {"input": {**base_input(), "subject": {"claims": {f"token{i}": "v", "n": i}}},
+         "result": {}}
+        for i in range(8)
+    ]  # fmt: skip
+    expected = [mask.pointers(entry) for entry in entries]
+    allowed = (await shipped.decide(base_input())).value
+
+    def ask_many(entry: dict[str, object]) -> list[list[str] | None]:
+        return [shipped.mask_pointers(entry) for _ in range(50)]
+
+    askers = [asyncio.to_thread(ask_many, entry) for entry in entries]
+    decisions = [shipped.decide(base_input()) for _ in range(200)]
+    answers = await asyncio.gather(*askers, *decisions)
+    for got, want in zip(answers[: len(entries)], expected, strict=True):
+        assert got == [want] * 50
+    assert all(a.value == allowed for a in answers[len(entries) :])
+
+
+async def test_mask_follows_a_reload(tmp_path: Path, opa_bin: str) -> None:
+    write_policy(tmp_path, 'package execgate\n\ndecision := {"allow": true}\n')
+    (tmp_path / "system").mkdir()
+    log_rego = tmp_path / "system" / "log.rego"
+    log_rego.write_text('package system.log\n\nmask := {"/input/a"}\n')
+    engine = await started(tmp_path, opa_bin)
+    try:
+        assert await asyncio.to_thread(engine.mask_pointers, {"input": {}}) == ["/input/a"]
+        log_rego.write_text('package system.log\n\nmask := {"/input/b"}\n')
+        await engine.start()
+        assert await asyncio.to_thread(engine.mask_pointers, {"input": {}}) == ["/input/b"]
+    finally:
+        await engine.close()
+    assert engine.mask_pointers({"input": {}}) is None  # closed: the log's evaluator
+
+
 async def test_no_mask_rule_leaves_the_mask_to_the_log(tmp_path: Path, opa_bin: str) -> None:
     write_policy(tmp_path, 'package execgate\n\ndecision := {"allow": true}\n')
     engine = await started(tmp_path, opa_bin)
