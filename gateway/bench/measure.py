@@ -24,14 +24,22 @@ def percentiles(samples_s: list[float]) -> dict[str, float]:
     }
 
 
-async def timed(fn: Callable[[], Awaitable[Any]], runs: int, warmup: int = 3) -> list[float]:
-    for _ in range(warmup):
-        await fn()
+async def timed(
+    fn: Callable[[], Awaitable[Any]],
+    runs: int,
+    warmup: int = 3,
+    before: Callable[[], Awaitable[Any]] | None = None,
+) -> list[float]:
+    """`runs` timings of `fn`, after `warmup` untimed calls; `before` (untimed) ahead
+    of each call, e.g. waiting until a backend's pool has settled."""
     samples = []
-    for _ in range(runs):
+    for i in range(warmup + runs):
+        if before is not None:
+            await before()
         t0 = time.perf_counter()
         await fn()
-        samples.append(time.perf_counter() - t0)
+        if i >= warmup:
+            samples.append(time.perf_counter() - t0)
     return samples
 
 

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -168,12 +167,21 @@ async def run_bench(runs: int) -> dict[str, Any]:
             )
             await backend.start()
             try:
-                results[key] = percentiles(await timed(partial(_direct, backend), runs))
+                # Settled before each, as the gateway's rows (the back-to-back cost is
+                # in gateway_nsjail_back_to_back and the throughput rows).
+                settle = getattr(backend, "wait_settled", None)
+                results[key] = percentiles(
+                    await timed(partial(_direct, backend), runs, before=settle)
+                )
             finally:
                 await backend.close()
 
         async with Gateway(settings) as gw:
-            results["gateway_nsjail"] = percentiles(await timed(gw.execute, runs))
+            # Each request finds the pool settled (as gVisor's row below): the latency
+            # of a request that is not part of a burst. Back to back, each one shares
+            # the cores with the refill the one before started: printed beside it.
+            results["gateway_nsjail"] = await settled_runs(gw, "nsjail", runs)
+            results["gateway_nsjail_back_to_back"] = percentiles(await timed(gw.execute, runs))
             results["gateway_nsjail_throughput"] = [
                 await throughput(gw.execute, c, max(runs, 4 * c)) for c in (1, 4, 16)
             ]
@@ -252,17 +260,15 @@ async def gateway_print(root: Path, backend: str, runs: int, **env: str) -> dict
     await asyncio.to_thread(_searchable_dir, root)
     try:
         async with Gateway(bench_settings(root, backend, **env)) as gw:
-            settle = getattr(gw.services.backends[backend], "wait_settled", None)
-            samples = []
-            for _ in range(WARMUP + runs):
-                if settle is not None:
-                    await settle()
-                t0 = time.perf_counter()
-                await gw.execute()
-                samples.append(time.perf_counter() - t0)
+            return await settled_runs(gw, backend, runs)
     except Exception as exc:  # no engine, no image, no runtime: say so, measure the rest
         return {"skipped": f"{type(exc).__name__}: {exc}"[:300]}
-    return percentiles(samples[WARMUP:])
+
+
+async def settled_runs(gw: Gateway, backend: str, runs: int) -> dict[str, Any]:
+    """print(1) `runs` times (after a warm-up), each once the backend has settled."""
+    settle = getattr(gw.services.backends[backend], "wait_settled", None)
+    return percentiles(await timed(gw.execute, runs, WARMUP, before=settle))
 
 
 def _searchable_dir(path: Path) -> None:
@@ -284,6 +290,7 @@ def render_table(results: dict[str, Any]) -> str:
         "nsjail_backend",
         "nsjail_backend_cold_start",
         "gateway_nsjail",
+        "gateway_nsjail_back_to_back",
         "gateway_noop",
         "gateway_healthz",
         "gateway_gvisor",
