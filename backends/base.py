@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -75,6 +75,12 @@ class Credential:
 # (under the output cap), as it arrives: live output for whoever follows the run.
 OutputSink = Callable[[str, bytes], None]
 
+# Awaited by the backend once, right before it hands the code over to a sandbox that
+# is ready for it: the gateway's `execution.started` record becoming durable, which
+# so overlaps the making ready. If it raises, nothing is handed over: the backend
+# disposes of the sandbox and lets the exception through (not as a BackendError).
+Gate = Callable[[], Awaitable[None]]
+
 
 @dataclass(frozen=True, slots=True)
 class ExecSpec:
@@ -94,6 +100,14 @@ class ExecSpec:
     internal_allow: tuple[str, ...] = ()
     # Where output goes as it arrives (None: only the result carries it).
     on_output: OutputSink | None = field(default=None, compare=False, repr=False)
+    # What must hold before the code is handed over (None: nothing, as in a test).
+    gate: Gate | None = field(default=None, compare=False, repr=False)
+
+
+async def pass_gate(spec: ExecSpec) -> None:
+    """Wait for `spec`'s gate (backends call this at the hand-over, nowhere else)."""
+    if spec.gate is not None:
+        await spec.gate()
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +220,8 @@ class SandboxBackend(abc.ABC):
 
     @abc.abstractmethod
     async def run(self, spec: ExecSpec) -> ExecResult:
-        """Run one spec in a fresh sandbox that is destroyed before this returns."""
+        """Run one spec in a fresh sandbox that is destroyed before this returns;
+        the code is handed over only once `spec.gate` has passed (`pass_gate`)."""
 
     @abc.abstractmethod
     async def health(self) -> Health: ...

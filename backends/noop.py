@@ -18,6 +18,7 @@ from backends.base import (
     SandboxBackend,
     Status,
     Usage,
+    pass_gate,
 )
 
 
@@ -56,6 +57,7 @@ class NoopBackend(SandboxBackend):
         return None
 
     async def run(self, spec: ExecSpec) -> ExecResult:
+        await pass_gate(spec)  # what a real backend waits for, so measured here too
         if self.settings.sleep_s:
             await asyncio.sleep(self.settings.sleep_s)
         return ExecResult(

@@ -492,6 +492,16 @@ class HostCapture:
             max_bytes=s.max_bytes,
         )
 
+    def follow(self, pid: int, language: str, skip_pid: int = 0) -> Capture | str:
+        """`begin`, blocking: for a caller already on a thread of its own."""
+        on, why = self.status()
+        if not on or self.tracer is None:
+            return why
+        try:
+            return self.tracer.register(pid, self.recorder(language), skip_pid)
+        except (OSError, CaptureUnavailable) as exc:
+            return f"cannot follow this sandbox: {exc}"
+
     async def begin(self, pid: int, language: str, skip_pid: int = 0) -> Capture | str:
         """Register a claimed sandbox (its first process); the reason capture is
         off for this execution otherwise."""
@@ -499,13 +509,9 @@ class HostCapture:
         if not on or self.tracer is None:
             return why
         tracer = self.tracer
-        registering = asyncio.ensure_future(
-            asyncio.to_thread(tracer.register, pid, self.recorder(language), skip_pid)
-        )
+        registering = asyncio.ensure_future(asyncio.to_thread(self.follow, pid, language, skip_pid))
         try:
             return await asyncio.shield(registering)
-        except (OSError, CaptureUnavailable) as exc:
-            return f"cannot follow this sandbox: {exc}"
         except asyncio.CancelledError:
             # The thread registers anyway: forget it once it has, or the kernel would
             # go on printing that namespace (and the next sandbox to reuse its inode).
@@ -542,9 +548,10 @@ class HostCapture:
         log.warning("%s: no %s baseline learnt: %s", self.backend, language, seen)
 
 
-def _forget(tracer: HostTracer, registering: asyncio.Future[Capture]) -> None:
-    if not registering.cancelled() and registering.exception() is None:
-        tracer.discard(registering.result())
+def _forget(tracer: HostTracer, registering: asyncio.Future[Capture | str]) -> None:
+    done = not registering.cancelled() and registering.exception() is None
+    if done and isinstance(capture := registering.result(), Capture):
+        tracer.discard(capture)
 
 
 # The kernel function a task blocked opening a FIFO with no writer sleeps in.

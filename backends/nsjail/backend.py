@@ -40,6 +40,7 @@ from backends.base import (
     Health,
     Limits,
     SandboxBackend,
+    pass_gate,
 )
 from backends.capture.host import DO_NOTHING, Capture, HostCapture, TracerHub, idle_child
 from backends.capture.record import Behaviour
@@ -250,26 +251,52 @@ class NsjailBackend(SandboxBackend):
         seccomp = self._seccomp
         if seccomp is not None:
             seccomp.watch(sandbox.name)
-        capture: Capture | str | None = None
+        ended = False  # the capture has made its record
+        over = False  # nothing of the program runs any more
+        # The request applied and the sandbox followed in one trip to a thread; the
+        # gate (the gateway's record of the start) passes meanwhile.
+        claim = asyncio.ensure_future(asyncio.to_thread(self._claim, factory, sandbox, spec))
         try:
-            capture = await self._follow(sandbox, spec.language)
-            await asyncio.to_thread(factory.configure, sandbox, spec)
+            capture = await asyncio.shield(claim)
+            await pass_gate(spec)
             outcome = await factory.execute(sandbox, spec)
-            network, network_events = await sandbox.egress.finish()
+            await asyncio.to_thread(factory.kill_leftovers, sandbox)
+            over = True
+            # Nothing runs in the sandbox now: what it did is complete, and the three
+            # accounts of it are read at once.
+            egress, finished, behaviour = await asyncio.gather(
+                sandbox.egress.finish(),
+                asyncio.to_thread(factory.finish, sandbox, spec, outcome),
+                self.capture.end(capture),
+                return_exceptions=True,
+            )
+            ended = not isinstance(behaviour, BaseException)
+            if isinstance(egress, BaseException):
+                raise egress
+            if isinstance(finished, BaseException):
+                raise finished
+            if isinstance(behaviour, BaseException):
+                raise behaviour
+            network, network_events = egress
             refused = seccomp.events(sandbox.name) if seccomp is not None else ()
-            result = await asyncio.to_thread(factory.finish, sandbox, spec, outcome)
-            # Everything in the sandbox is dead now (finish killed what was left).
-            behaviour = await self.capture.end(capture)
-            capture = None
-            events = failed + result.events + refused + network_events
-            return dataclasses.replace(result, network=network, events=events, behaviour=behaviour)
+            events = failed + finished.events + refused + network_events
+            return dataclasses.replace(
+                finished, network=network, events=events, behaviour=behaviour
+            )
         finally:
-            self.capture.drop(capture)
+            if not ended and claim.done():
+                self._drop_followed(claim)
+            elif not ended:  # cancelled while claiming: forget it once it is followed
+                claim.add_done_callback(self._drop_followed)
             if seccomp is not None:
                 seccomp.events(sandbox.name)  # stops watching, whatever happened
             if not sandbox.released:
                 # Tracked: if this request is cancelled, disposal goes on regardless.
-                await asyncio.shield(self._in_background(factory.dispose(sandbox)))
+                # Awaited while something of the program may still run; once nothing
+                # can, what is left (mounts, the cgroup) goes after the answer.
+                disposal = self._in_background(self._dispose_after(claim, factory, sandbox))
+                if not over:
+                    await asyncio.shield(disposal)
             self._in_background(sandbox.egress.closed())  # off the request's path
             self._live.pop(sandbox.name, None)
             # Only now: making a sandbox while this one starts would slow it down.
@@ -281,16 +308,30 @@ class NsjailBackend(SandboxBackend):
 
         return once
 
-    async def _follow(self, sandbox: Sandbox, language: str) -> Capture | str:
-        """Attribute what the claimed sandbox does from now on to this execution."""
+    def _drop_followed(self, claim: asyncio.Future[Capture | str]) -> None:
+        if not claim.cancelled() and claim.exception() is None:
+            self.capture.drop(claim.result())
+
+    @staticmethod
+    async def _dispose_after(
+        claim: asyncio.Future[Capture | str], factory: SandboxFactory, sandbox: Sandbox
+    ) -> None:
+        """Dispose of `sandbox` once its claim's thread is done with it."""
+        await asyncio.wait([claim])
+        await factory.dispose(sandbox)
+
+    def _claim(self, factory: SandboxFactory, sandbox: Sandbox, spec: ExecSpec) -> Capture | str:
+        """Apply the request to the sandbox, then attribute what it does from now on
+        to this execution (blocking)."""
+        factory.configure(sandbox, spec)
         if not self.capture.status()[0]:
             return self.capture.status()[1]
         assert sandbox.proc is not None
         try:
-            init = await asyncio.to_thread(idle_child, sandbox.proc.pid)
+            init = idle_child(sandbox.proc.pid)
         except OSError as exc:
             return f"cannot follow this sandbox: {exc}"
-        return await self.capture.begin(init, language)
+        return self.capture.follow(init, spec.language)
 
     # --- the pool of sandboxes made ahead ---------------------------------------------
 

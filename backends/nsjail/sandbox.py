@@ -12,8 +12,9 @@ launch:  arm the egress proxy with the request's egress list, shrink the
          files, set the request's cgroup limits and take a usage baseline,
          then hand the code over (backends/handover.py) as the deadline
          starts, and feed the request's stdin.
-finish:  kill anything left, read usage and nsjail's log, collect output
-         files, then release: kill, unmount, remove the cgroup.
+finish:  kill anything left, then read usage and nsjail's log and collect
+         output files; release (kill, unmount, remove the cgroup) follows, off
+         the request's path once nothing of the program can run.
 
 A sandbox is launched at most once and released afterwards, whatever happens.
 """
@@ -255,13 +256,20 @@ class SandboxFactory:
 
     # --- finish -----------------------------------------------------------------
 
+    def kill_leftovers(self, sandbox: Sandbox) -> None:
+        """After nsjail exited: nothing of the program runs once this returns (blocking)."""
+        try:
+            if sandbox.cgroup.pids():
+                sandbox.cgroup.kill_all()
+        except (OSError, CgroupError) as exc:
+            raise BackendError(f"cannot wind the sandbox down: {exc}") from exc
+
     def finish(self, sandbox: Sandbox, spec: ExecSpec, outcome: ProcessOutcome) -> ExecResult:
-        """After nsjail exited: kill leftovers, account, collect, release (blocking)."""
+        """Once nothing runs in it (kill_leftovers): account and collect (blocking);
+        its release is the caller's (`dispose`), off the request's path."""
         cgroup = sandbox.cgroup
         s = self.settings
         try:
-            if cgroup.pids():
-                cgroup.kill_all()
             usage = cgroup.usage().since(sandbox.baseline)
             os.lseek(sandbox.log_fd, 0, os.SEEK_SET)
             log_text = os.read(sandbox.log_fd, 1 << 20).decode("utf-8", errors="replace")
@@ -272,9 +280,6 @@ class SandboxFactory:
             disk_full = self.workspaces.disk_full(sandbox.workspace)
         except (OSError, CgroupError) as exc:
             raise BackendError(f"cannot wind the sandbox down: {exc}") from exc
-        finally:
-            self.release(sandbox)
-
         report = parse_log(log_text)
         if outcome.returncode == SHIM_FAILED and not log_text:
             raise BackendError(outcome.stderr.decode(errors="replace").strip()[-500:])
@@ -320,7 +325,7 @@ class SandboxFactory:
         if sandbox.released:
             return
         proc = sandbox.proc
-        if proc is not None and self.settings.start_interpreter_ahead:
+        if proc is not None and proc.returncode is None and self.settings.start_interpreter_ahead:
             # An interpreter never handed its code gets an empty program and exits.
             try:
                 await asyncio.to_thread(self._hand_over_nothing, sandbox)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import time
 from typing import Any
 
@@ -16,6 +17,8 @@ from gateway.context import ExecContext
 from gateway.egress_credentials import credentials_for
 from gateway.errors import GatewayError
 from gateway.services import Services
+
+log = logging.getLogger(__name__)
 
 
 def build_spec(ctx: ExecContext) -> ExecSpec:
@@ -45,8 +48,10 @@ async def dispatch(ctx: ExecContext, svc: Services) -> None:
         # The last write failed (disk full?): refuse until the writer's own retry gets
         # through, rather than gamble that this record happens to fit.
         raise GatewayError(errors.AUDIT_UNAVAILABLE, f"audit log unavailable: {svc.audit.problem}")
-    # Durable before anything runs: an execution the log does not know of never happens.
-    await svc.audit.append(
+    # Durable before anything runs: an execution the log does not know of never
+    # happens. The backend waits for it at the hand-over (the spec's gate), so its
+    # fsync overlaps the sandbox being made ready for this request.
+    recorded = svc.audit.submit(
         "execution.started",
         **ctx.audit_fields(),
         backend=ctx.backend,
@@ -54,21 +59,34 @@ async def dispatch(ctx: ExecContext, svc: Services) -> None:
         limits=ctx.limits.as_dict(),
         egress=list(spec.egress),
     )
-    svc.store.started(ctx.execution_id, ctx.principal.tenant)
     live = svc.live.open(ctx.execution_id)
     ctx.cleanup.callback(svc.live.close, live)
-    ctx.running.set()
+
+    async def gate() -> None:
+        await asyncio.shield(recorded)  # raises AuditUnavailable: nothing is handed over
+        if not ctx.running.is_set():
+            svc.store.started(ctx.execution_id, ctx.principal.tenant)
+            ctx.running.set()
+
     started = time.perf_counter()
     try:
         internal_allow = tuple(svc.settings.egress.internal_allow)
         result = await backend.run(
             dataclasses.replace(
-                spec, credentials=credentials, internal_allow=internal_allow, on_output=live.feed
+                spec, credentials=credentials, internal_allow=internal_allow,
+                on_output=live.feed, gate=gate,
             )
-        )
+        )  # fmt: skip
         live.close()
+        if not ctx.running.is_set():
+            log.error("backend %s returned a result without passing the gate", ctx.backend)
+        await gate()  # whatever the backend did, the record is durable before the answer
     except BackendError as exc:
         svc.metrics.observe_execution(ctx.backend, "backend_error", time.perf_counter() - started)
+        await asyncio.shield(recorded)  # submitted: durable (or the log's failure) first
+        svc.store.failed(  # if it was handed over (and so is in the store)
+            ctx.execution_id, {"code": errors.BACKEND_UNAVAILABLE.code, "message": str(exc)}
+        )
         # The sandboxes that failed to start on the way (nothing ran in them).
         await _record_events(ctx, svc, exc.events)
         raise GatewayError(

@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -90,6 +91,17 @@ ENGINE_PATHS = ("/var/lib/docker", "/var/lib/containerd", "/run/containerd", "co
 def host_layout(*fields: str) -> bool:
     """Whether a mount table field names a container engine's host paths."""
     return any(path in field for field in fields for path in ENGINE_PATHS)
+
+
+# How long the gate holds in the gate tests, and how far the program's clock may
+# read before the host's (both read CLOCK_REALTIME; gVisor's sentry keeps its own,
+# fed from the host's).
+GATE_HOLD_S = 0.5
+GATE_CLOCK_MARGIN_S = 0.05
+
+
+class GateRefused(Exception):
+    """A gate's own failure (the gateway's is AuditUnavailable)."""
 
 
 def lines(result: ExecResult) -> list[str]:
@@ -171,6 +183,65 @@ class BackendConformance:
         result = await run(backend, "python", "import sys\nprint(sys.stdin.read() + '✓ ü')",
                            stdin="π\n".encode())  # fmt: skip
         assert result.stdout.decode() == "π\n✓ ü\n"
+
+    # --- the gate (the gateway's record of the start) ----------------------------
+
+    async def test_code_is_handed_over_only_once_the_gate_passes(
+        self, backend: SandboxBackend
+    ) -> None:
+        """The gate holds for a while: the program, which prints the host's clock (the
+        sandbox reads the same one), must start after it passed, not during it."""
+        passed: list[float] = []
+
+        async def gate() -> None:
+            await asyncio.sleep(GATE_HOLD_S)
+            passed.append(time.time())
+
+        spec = ExecSpec(
+            execution_id=f"exe_conformance_{next(_ids)}",
+            language="python",
+            code="import time\nprint(repr(time.time()))",
+            limits=Limits(timeout_s=20.0),
+            gate=gate,
+        )
+        result = await backend.run(spec)
+        assert result.status == Status.OK, result
+        assert len(passed) == 1  # awaited exactly once
+        # Handed over during the hold, the program would print a time up to
+        # GATE_HOLD_S before the gate passed; the margin is the clocks' granularity.
+        assert float(result.stdout) >= passed[0] - GATE_CLOCK_MARGIN_S, (result.stdout, passed)
+
+    @pytest.mark.parametrize("language", ["python", "bash", "javascript"])
+    async def test_a_failing_gate_runs_nothing(
+        self,
+        backend: SandboxBackend,
+        residue_check: Callable[[], Awaitable[None]],
+        language: str,
+    ) -> None:
+        """The record of the start cannot be made: the exception comes through as
+        itself, nothing of the program is seen, the sandbox is gone, and the backend
+        serves the next request."""
+        seen: list[bytes] = []
+
+        async def gate() -> None:
+            raise GateRefused("the start could not be recorded")
+
+        spec = ExecSpec(
+            execution_id=f"exe_conformance_{next(_ids)}",
+            language=language,
+            code=HELLO[language],
+            limits=Limits(timeout_s=10.0),
+            on_output=lambda stream, data: seen.append(data),
+            gate=gate,
+        )
+        if language not in backend.capabilities.languages:
+            missing_component(f"{backend.name} does not serve {language} (runtime missing?)")
+        with pytest.raises(GateRefused):
+            await backend.run(spec)
+        assert seen == []
+        await residue_check()
+        result = await run(backend, language, HELLO[language])
+        assert result.stdout == f"hello from {language}\n".encode()
 
     # --- statuses -----------------------------------------------------------------
 

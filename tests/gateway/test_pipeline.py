@@ -7,14 +7,16 @@ ones are exercised end to end in tests/gateway/ingress/test_rest.py.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from backends.base import ExecResult, ExecSpec
+from backends.base import ExecResult, ExecSpec, pass_gate
 from backends.capture.record import BehaviourRecorder
 from backends.noop import NoopBackend
 from gateway.admission.gate import Admission
@@ -250,3 +252,61 @@ async def test_nothing_tried_nothing_asked(svc: Services) -> None:
     behaviour = render_result(ctx)["behaviour"]
     assert behaviour["capture"] == "off" and "records no behaviour" in behaviour["reason"]
     assert "execution.review" not in {r["type"] for r in records(svc)}
+
+
+class HandsOver(NoopBackend):
+    """Notes, at the hand-over, what the audit log had made durable by then."""
+
+    def __init__(self, durable: list[str]) -> None:
+        super().__init__()
+        self.durable = durable
+        self.seen_at_hand_over: str | None = None
+        self.asked = False
+
+    async def run(self, spec: ExecSpec) -> ExecResult:
+        self.asked = True
+        await pass_gate(spec)
+        self.seen_at_hand_over = self.durable[-1] if self.durable else ""
+        return await super().run(dataclasses.replace(spec, gate=None))
+
+
+async def audit_with(svc: Services, tmp_path: Path, fsync: Callable[[int], None]) -> AuditLog:
+    await svc.audit.close()
+    svc.audit = AuditLog(tmp_path / "gated.jsonl", fsync=fsync, retry_interval_s=60)
+    await svc.audit.start()
+    return svc.audit
+
+
+async def test_code_is_handed_over_only_once_its_start_is_durable(
+    svc: Services, tmp_path: Path
+) -> None:
+    durable: list[str] = []
+
+    def fsync(fd: int) -> None:
+        os.fsync(fd)
+        durable.append((tmp_path / "gated.jsonl").read_text())
+
+    await audit_with(svc, tmp_path, fsync)
+    backend = svc.backends["noop"] = HandsOver(durable)
+    ctx = await Pipeline(svc).run(context({"language": "python", "code": "print(1)"}))
+    assert backend.seen_at_hand_over is not None
+    started = [json.loads(line) for line in backend.seen_at_hand_over.splitlines()]
+    assert [r["type"] for r in started][-1] == "execution.started"
+    assert started[-1]["execution_id"] == ctx.execution_id
+    assert ctx.running.is_set()
+
+
+async def test_a_start_that_cannot_be_recorded_runs_nothing(svc: Services, tmp_path: Path) -> None:
+    def fsync(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    await audit_with(svc, tmp_path, fsync)
+    backend = svc.backends["noop"] = HandsOver([])
+    ctx = context({"language": "python", "code": "print(1)"})
+    with pytest.raises(GatewayError) as caught:
+        await Pipeline(svc).run(ctx)
+    assert caught.value.code == "audit_unavailable"
+    assert backend.asked  # the sandbox was being made ready meanwhile
+    assert backend.seen_at_hand_over is None  # the gate never passed: nothing ran
+    assert not ctx.running.is_set()
+    assert await svc.store.get(ctx.execution_id) is None

@@ -25,6 +25,7 @@ from backends.base import (
     SandboxBackend,
     Status,
     Usage,
+    pass_gate,
 )
 from backends.capture.record import KINDS, Behaviour
 from gateway.escape.technique import start_line
@@ -58,6 +59,7 @@ class Broken(SandboxBackend):
 
     async def run(self, spec: ExecSpec) -> ExecResult:
         self.runs += 1
+        await pass_gate(spec)
         return self.answer(spec)
 
     def answer(self, spec: ExecSpec) -> ExecResult:
