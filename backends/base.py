@@ -220,8 +220,10 @@ class SandboxBackend(abc.ABC):
 
     @abc.abstractmethod
     async def run(self, spec: ExecSpec) -> ExecResult:
-        """Run one spec in a fresh sandbox that is destroyed before this returns;
-        the code is handed over only once `spec.gate` has passed (`pass_gate`)."""
+        """Run one spec in a fresh sandbox, used once: nothing of the program runs
+        once this returns, and what is left of the sandbox is removed (tracked, in
+        the background at the latest). The code is handed over only once
+        `spec.gate` has passed (`pass_gate`)."""
 
     @abc.abstractmethod
     async def health(self) -> Health: ...
