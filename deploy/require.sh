@@ -54,7 +54,7 @@ for want in "$@"; do
       ;;
     ip)
       PATH="$PATH:/usr/sbin:/sbin" have ip \
-        || need "ip (network namespaces for sandbox egress): apt-get install iproute2"
+        || need "ip (the tests inspect sandboxes' network namespaces with it): apt-get install iproute2"
       ;;
     *)
       echo "deploy/require.sh: unknown prerequisite '$want'" >&2

@@ -4,8 +4,8 @@ setns(CLONE_NEWNET) and unshare(CLONE_NEWNET) change only the calling thread,
 and a socket or TUN device belongs to the namespace it was created in, for
 good. So a dedicated short-lived thread enters (or makes) the sandbox's
 namespace, creates the proxy listener, the resolver socket and the TUN device
-there, configures them with iproute2 (a child forked from that thread starts
-in its namespace), and ends: the gateway's own threads never change namespace,
+there, configures them over rtnetlink from that thread (backends/egress/rtnl.py),
+and ends: the gateway's own threads never change namespace,
 and it serves the sockets from its event loop with no relay in between.
 
 Nothing is named on the host: the namespace lives while a process in it or a
@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,11 +25,11 @@ from backends.egress.netns import (
     discard,
     enable_ipv6,
     enter,
-    ip_batch,
     ipv6_disabled,
     open_tun,
     run_in_thread,
 )
+from backends.egress.rtnl import RouteSocket
 
 TUN_NAME = "execgate0"
 PROXY_HOST, PROXY_PORT = "127.0.0.1", 3128
@@ -45,15 +44,18 @@ PROXY_ENV = tuple(
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
 )
 
-TUN_SETUP_V4 = f"""link set lo up
-link set dev {TUN_NAME} addrgenmode none
-link set dev {TUN_NAME} up
-addr add {SANDBOX_V4}/32 dev {TUN_NAME}
-route add default dev {TUN_NAME}
-"""
-TUN_SETUP_V6 = f"""addr add {SANDBOX_V6}/128 dev {TUN_NAME} nodad
-route add ::/0 dev {TUN_NAME}
-"""
+
+def configure_tun(rtnl: RouteSocket, ipv6: bool) -> None:
+    """Loopback up, and the TUN as the sandbox's only way anywhere else: its
+    addresses, and the default routes into it (IPv6 too unless it is off)."""
+    rtnl.link_up("lo")
+    rtnl.no_ipv6_link_local(TUN_NAME)
+    rtnl.link_up(TUN_NAME)
+    rtnl.add_address(TUN_NAME, f"{SANDBOX_V4}/32")
+    rtnl.default_route_dev(TUN_NAME)
+    if ipv6:
+        rtnl.add_address(TUN_NAME, f"{SANDBOX_V6}/128", nodad=True)
+        rtnl.default_route_dev(TUN_NAME, socket.AF_INET6)
 
 
 class BoundaryError(Exception):
@@ -79,10 +81,10 @@ class BoundaryFds:
         self.tun, self.netns = -1, None
 
 
-def open_boundary(netns_path: str | None = None, ip_binary: str = "ip") -> BoundaryFds:
+def open_boundary(netns_path: str | None = None) -> BoundaryFds:
     """Furnish `netns_path` (e.g. a container's /proc/PID/ns/net), or a new
-    namespace if None (blocking: a few milliseconds of iproute2)."""
-    return furnish_in_thread(lambda: _furnish(netns_path, ip_binary))
+    namespace if None (blocking: a thread's start and a dozen netlink requests)."""
+    return furnish_in_thread(lambda: _furnish(netns_path))
 
 
 def furnish_in_thread(furnish: Callable[[], BoundaryFds]) -> BoundaryFds:
@@ -90,19 +92,19 @@ def furnish_in_thread(furnish: Callable[[], BoundaryFds]) -> BoundaryFds:
     namespace's set-up is a BoundaryError."""
     try:
         return run_in_thread(furnish)
-    except (OSError, subprocess.SubprocessError) as exc:
+    except OSError as exc:
         raise BoundaryError(f"cannot make the network boundary: {exc}") from exc
 
 
-def _furnish(netns_path: str | None, ip_binary: str) -> BoundaryFds:
+def _furnish(netns_path: str | None) -> BoundaryFds:
     netns = enter(netns_path)  # this thread only, and it ends after this
     made: list[socket.socket] = []
     tun = -1
     try:
         enable_ipv6()
         tun = open_tun(TUN_NAME)
-        # One iproute2 run (a few ms each, the bulk of this set-up's cost).
-        ip_batch(ip_binary, TUN_SETUP_V4 if ipv6_disabled() else TUN_SETUP_V4 + TUN_SETUP_V6)
+        with RouteSocket() as rtnl:  # made here: this namespace's
+            configure_tun(rtnl, ipv6=not ipv6_disabled())
         proxy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         made.append(proxy)
         proxy.bind((PROXY_HOST, PROXY_PORT))

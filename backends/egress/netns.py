@@ -12,7 +12,6 @@ import fcntl
 import os
 import socket
 import struct
-import subprocess
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -80,14 +79,6 @@ def open_tun(name: str) -> int:
         os.close(tun)
         raise
     return tun
-
-
-def ip_batch(ip_binary: str, batch: str) -> None:
-    done = subprocess.run(
-        [ip_binary, "-batch", "-"], input=batch.encode(), capture_output=True, timeout=10
-    )
-    if done.returncode != 0:
-        raise OSError(f"ip -batch failed: {done.stderr.decode(errors='replace').strip()[:300]}")
 
 
 def enable_ipv6() -> None:

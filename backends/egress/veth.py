@@ -17,14 +17,9 @@ from __future__ import annotations
 import os
 import socket
 
-from backends.egress.boundary import (
-    TUN_NAME,
-    TUN_SETUP_V4,
-    TUN_SETUP_V6,
-    BoundaryFds,
-    furnish_in_thread,
-)
-from backends.egress.netns import discard, enter, ip_batch, open_tun
+from backends.egress.boundary import TUN_NAME, BoundaryFds, configure_tun, furnish_in_thread
+from backends.egress.netns import discard, enter, open_tun
+from backends.egress.rtnl import RouteSocket
 
 LINK = "execgate1"  # the holder's end (what the program sees)
 FAR = "execgate2"  # the sinkhole's end
@@ -33,13 +28,14 @@ GATEWAY_V6, SANDBOX_LINK_V6 = "fd00:ed::1", "fd00:ed::2"
 RELAY_TARGET = (GATEWAY_V4, 3128)  # where the launcher relays 127.0.0.1:3128 to
 
 
-def open_veth_boundary(holder_pid: int, ip_binary: str = "ip") -> BoundaryFds:
+def open_veth_boundary(holder_pid: int) -> BoundaryFds:
     """Link the holder's namespace (/proc/PID/ns/net, not yet used by runsc) to
-    a new sinkhole namespace served by the gateway (blocking: iproute2)."""
-    return furnish_in_thread(lambda: _furnish(holder_pid, ip_binary))
+    a new sinkhole namespace served by the gateway (blocking: netlink requests
+    on a thread of its own)."""
+    return furnish_in_thread(lambda: _furnish(holder_pid))
 
 
-def _furnish(holder_pid: int, ip_binary: str) -> BoundaryFds:
+def _furnish(holder_pid: int) -> BoundaryFds:
     holder = f"/proc/{holder_pid}/ns/net"
     # Before anything is made: the link's end must never land in the gateway's own
     # namespace (enter() checks again when this thread joins the holder's).
@@ -55,13 +51,13 @@ def _furnish(holder_pid: int, ip_binary: str) -> BoundaryFds:
         if ipv6:
             _sysctls({"ipv6/conf/all/forwarding": "1"})
         tun = open_tun(TUN_NAME)
-        batch = TUN_SETUP_V4 + (TUN_SETUP_V6 if ipv6 else "")
-        batch += f"link add {FAR} type veth peer name {LINK} netns {holder_pid}\n"
-        batch += f"addr add {GATEWAY_V4}/30 dev {FAR}\n"
-        if ipv6:
-            batch += f"addr add {GATEWAY_V6}/64 dev {FAR} nodad\n"
-        batch += f"link set {FAR} up\n"
-        ip_batch(ip_binary, batch)
+        with RouteSocket() as rtnl:  # the sinkhole's
+            configure_tun(rtnl, ipv6)
+            rtnl.add_veth(FAR, LINK, holder_pid)
+            rtnl.add_address(FAR, f"{GATEWAY_V4}/30")
+            if ipv6:
+                rtnl.add_address(FAR, f"{GATEWAY_V6}/64", nodad=True)
+            rtnl.link_up(FAR)
         proxy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         made.append(proxy)
         proxy.bind(RELAY_TARGET)
@@ -75,12 +71,14 @@ def _furnish(holder_pid: int, ip_binary: str) -> BoundaryFds:
         enter(holder)
         if ipv6:
             _sysctls({f"ipv6/conf/{k}/disable_ipv6": "0" for k in ("all", "default", LINK)})
-        batch = f"link set lo up\nlink set {LINK} up\naddr add {SANDBOX_LINK_V4}/30 dev {LINK}\n"
-        batch += f"route add default via {GATEWAY_V4}\n"
-        if ipv6:
-            batch += f"addr add {SANDBOX_LINK_V6}/64 dev {LINK} nodad\n"
-            batch += f"route add ::/0 via {GATEWAY_V6}\n"
-        ip_batch(ip_binary, batch)
+        with RouteSocket() as rtnl:  # made after entering: the holder's
+            rtnl.link_up("lo")
+            rtnl.link_up(LINK)
+            rtnl.add_address(LINK, f"{SANDBOX_LINK_V4}/30")
+            rtnl.default_route_via(GATEWAY_V4)
+            if ipv6:
+                rtnl.add_address(LINK, f"{SANDBOX_LINK_V6}/64", nodad=True)
+                rtnl.default_route_via(GATEWAY_V6)
         return BoundaryFds(tun=tun, proxy=proxy, resolver=resolver, netns=netns)
     except BaseException:
         discard(made, tun, netns)
