@@ -21,6 +21,8 @@ TUNSETIFF = 0x400454CA
 IFF_TUN, IFF_NO_PI = 0x0001, 0x1000
 
 T = TypeVar("T")
+# unshare(2) and setns(2) (os has them from Python 3.12 on).
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def run_in_thread(work: Callable[[], T]) -> T:
@@ -43,23 +45,30 @@ def run_in_thread(work: Callable[[], T]) -> T:
 
 
 def enter(netns_path: str | None) -> int | None:
-    libc = ctypes.CDLL(None, use_errno=True)
+    """Move the calling thread into `netns_path`, or a new namespace if None (then
+    a descriptor of it is returned)."""
     if netns_path is None:
-        if libc.unshare(CLONE_NEWNET) != 0:
+        if _LIBC.unshare(CLONE_NEWNET) != 0:
             raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
         return os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     fd = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        # Never the gateway's own (a container on the host network): routing it
-        # into a TUN would cut the host off, and it is no sandbox's to record.
-        target, own = os.fstat(fd), os.stat("/proc/self/ns/net")
-        if (target.st_dev, target.st_ino) == (own.st_dev, own.st_ino):
-            raise OSError(f"{netns_path} is the gateway's own network namespace")
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns({netns_path})")
+        join(fd, netns_path)
     finally:
         os.close(fd)
     return None
+
+
+def join(fd: int, name: str = "") -> None:
+    """Move the calling thread into the namespace behind descriptor `fd`."""
+    # Never the gateway's own (a container on the host network): routing it
+    # into a TUN would cut the host off, and it is no sandbox's to record.
+    target, own = os.fstat(fd), os.stat("/proc/self/ns/net")
+    name = name or f"network namespace descriptor {fd}"
+    if (target.st_dev, target.st_ino) == (own.st_dev, own.st_ino):
+        raise OSError(f"{name} is the gateway's own network namespace")
+    if _LIBC.setns(fd, CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), f"setns({name})")
 
 
 def discard(made: list[socket.socket], *fds: int | None) -> None:

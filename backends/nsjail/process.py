@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from backends.base import OutputSink
+from backends.egress.netns import join, run_in_thread
 
 READ_CHUNK = 1 << 16
 # After the kill, how long the pipes and the process may take to wind down.
@@ -75,17 +79,109 @@ class _Capture:
         return cut
 
 
-async def spawn(argv: Sequence[str], pass_fds: Sequence[int]) -> asyncio.subprocess.Process:
-    """Start argv with an empty environment and piped stdin, stdout, stderr."""
-    return await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        pass_fds=tuple(pass_fds),
-        env={},
-        start_new_session=True,
-    )
+class JailProcess:
+    """nsjail (behind its shim), started from a thread inside the sandbox's network
+    namespace: asyncio's subprocess API starts children from the event loop's
+    thread only, in the gateway's own namespace, which cost an `nsenter` exec per
+    sandbox to move into the boundary's. The pipes are the loop's (as asyncio's
+    own), and the exit is learnt from a pidfd on the loop, with no watcher thread
+    per process."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], pidfd: int) -> None:
+        self.pid = popen.pid
+        self.returncode: int | None = None
+        self._popen = popen
+        self._pidfd = pidfd
+        self._exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.stdin: asyncio.StreamWriter | None = None
+        self.stdout: asyncio.StreamReader | None = None
+        self.stderr: asyncio.StreamReader | None = None
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        popen = self._popen
+        assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
+        readers = []
+        for pipe in (popen.stdout, popen.stderr):
+            reader = asyncio.StreamReader(limit=READ_CHUNK)
+            await loop.connect_read_pipe(lambda r=reader: asyncio.StreamReaderProtocol(r), pipe)
+            readers.append(reader)
+        self.stdout, self.stderr = readers
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, popen.stdin
+        )
+        self.stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+        loop.add_reader(self._pidfd, self._reap)
+
+    def _reap(self) -> None:
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = self.pid, 255 << 8  # reaped by someone else: not ours to know
+        if pid == 0:
+            return  # readable before the zombie is there to reap: look again
+        asyncio.get_running_loop().remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self._pidfd = -1
+        self.returncode = self._popen.returncode = os.waitstatus_to_exitcode(status)
+        self._exit.set_result(self.returncode)
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._exit)
+
+
+async def spawn(
+    argv: Sequence[str], pass_fds: Sequence[int], netns: int | None = None
+) -> JailProcess:
+    """Start argv with an empty environment and piped stdin, stdout, stderr, in the
+    network namespace `netns` (a descriptor; None: the gateway's own)."""
+
+    def start() -> tuple[subprocess.Popen[bytes], int]:
+        if netns is not None:
+            join(netns)  # this thread only, and it ends after the fork
+        popen = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            pass_fds=tuple(pass_fds), env={}, start_new_session=True,
+        )  # fmt: skip
+        try:
+            # Only JailProcess reaps it, so the pid is still this child's.
+            return popen, os.pidfd_open(popen.pid)
+        except BaseException:
+            popen.kill()
+            popen.wait()
+            raise
+
+    started = asyncio.ensure_future(asyncio.to_thread(run_in_thread, start))
+    try:
+        popen, pidfd = await asyncio.shield(started)
+    except asyncio.CancelledError:
+        # The thread finishes anyway: what it started is stopped and reaped.
+        started.add_done_callback(_discard_started)
+        raise
+    proc = JailProcess(popen, pidfd)
+    try:
+        await proc._connect()
+    except BaseException:
+        _discard(popen, pidfd)
+        raise
+    return proc
+
+
+def _discard_started(started: asyncio.Future[tuple[subprocess.Popen[bytes], int]]) -> None:
+    if not started.cancelled() and started.exception() is None:
+        _discard(*started.result())
+
+
+def _discard(popen: subprocess.Popen[bytes], pidfd: int) -> None:
+    """Kill a process never handed out; reaped on a thread of its own."""
+    popen.kill()
+    for pipe in (popen.stdin, popen.stdout, popen.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    with contextlib.suppress(OSError):
+        os.close(pidfd)
+    threading.Thread(target=popen.wait, name="execgate-reap", daemon=True).start()
 
 
 async def _feed(writer: asyncio.StreamWriter, data: bytes) -> None:
@@ -97,7 +193,7 @@ async def _feed(writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.close()
 
 
-async def terminate(proc: asyncio.subprocess.Process, kill: Kill) -> None:
+async def terminate(proc: JailProcess, kill: Kill) -> None:
     """Kill the sandbox with nsjail spared, so nsjail reaps its child, logs how
     it ended and exits (leaving no zombie to the host's init); then anything."""
     if proc.returncode is None:
@@ -111,7 +207,7 @@ async def terminate(proc: asyncio.subprocess.Process, kill: Kill) -> None:
 
 
 async def supervise(
-    proc: asyncio.subprocess.Process,
+    proc: JailProcess,
     *,
     stdin: bytes,
     output_limit: int,

@@ -3,10 +3,10 @@
 make:    for one language: a tmpfs workspace (at the maximum size) with a
          FIFO on the code file's path, a cgroup (idle limits) and a network
          namespace furnished by the gateway (backends/egress/); a /bin/sh
-         shim joins the cgroup and execs nsenter into that namespace and then
-         nsjail, which starts the language's interpreter, which waits on the
-         FIFO (or, with start_interpreter_ahead off, a launcher that waits
-         for one line on stdin).
+         shim, started from a thread in that namespace (so it starts there),
+         joins the cgroup and execs nsjail, which starts the language's
+         interpreter, which waits on the FIFO (or, with start_interpreter_ahead
+         off, a launcher that waits for one line on stdin).
 launch:  arm the egress proxy with the request's egress list, shrink the
          tmpfs to the request's disk size, stage the code and write the input
          files, set the request's cgroup limits and take a usage baseline,
@@ -25,7 +25,6 @@ import asyncio
 import dataclasses
 import logging
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,14 @@ from backends.egress.session import EgressSession
 from backends.handover import Staged, python_source
 from backends.nsjail.config import JailPaths, launch_line, render_args, rlimit_cpu_s
 from backends.nsjail.log import parse_log
-from backends.nsjail.process import GRACE_S, ProcessOutcome, spawn, supervise, terminate
+from backends.nsjail.process import (
+    GRACE_S,
+    JailProcess,
+    ProcessOutcome,
+    spawn,
+    supervise,
+    terminate,
+)
 from backends.nsjail.settings import NsjailSettings
 from backends.nsjail.status import Observed, decide
 from backends.workspace import Workspace, WorkspaceError, WorkspaceManager
@@ -70,7 +76,7 @@ class Sandbox:
     log_fd: int
     egress: EgressSession
     created: float = dataclasses.field(default_factory=time.monotonic)
-    proc: asyncio.subprocess.Process | None = None
+    proc: JailProcess | None = None
     stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     baseline: CgroupUsage = dataclasses.field(default_factory=CgroupUsage)
     released: bool = False
@@ -103,10 +109,6 @@ class SandboxFactory:
         self.policy_path = policy_path
         self.workspaces = workspaces
         self.cgroups = cgroups
-        nsenter = shutil.which("nsenter", path="/usr/bin:/bin:/usr/sbin:/sbin")
-        if nsenter is None:
-            raise BackendError("nsenter (util-linux) not found: no network for sandboxes")
-        self.nsenter = nsenter
 
     # --- make -------------------------------------------------------------------
 
@@ -124,10 +126,9 @@ class SandboxFactory:
         stage = "boundary"
         try:
             await sandbox.egress.start()
-            netns = sandbox.egress.fds.netns
-            assert netns is not None
+            netns = self.network_namespace(sandbox)
             stage = "start"
-            sandbox.proc = await spawn(self.argv(sandbox), pass_fds=(sandbox.log_fd, netns))
+            sandbox.proc = await spawn(self.argv(sandbox), (sandbox.log_fd,), netns)
             sandbox.pidfd = open_pidfd(sandbox.proc.pid)
         except BaseException as exc:
             await asyncio.shield(sandbox.egress.stop())
@@ -195,11 +196,16 @@ class SandboxFactory:
             log_fd=sandbox.log_fd,
         )
         joins = [str(p) for p in sandbox.cgroup.join_files]
-        # nsjail keeps this namespace (--disable_clone_newnet): the gateway's boundary.
-        netns = f"--net=/proc/self/fd/{sandbox.egress.fds.netns}"
         jail = render_args(self.settings, paths, sandbox.language)
-        return ["/bin/sh", "-c", SHIM, "execgate-shim", *joins, "--", self.nsenter, netns,
-                "--", str(self.binary), *jail]  # fmt: skip
+        return ["/bin/sh", "-c", SHIM, "execgate-shim", *joins, "--", str(self.binary), *jail]
+
+    def network_namespace(self, sandbox: Sandbox) -> int | None:
+        """The namespace nsjail starts in and keeps (--disable_clone_newnet): the
+        gateway's boundary (None would be the gateway's own)."""
+        netns = sandbox.egress.fds.netns
+        if netns is None:
+            raise BoundaryError(f"{sandbox.name}: its boundary has no namespace")
+        return netns
 
     # --- launch -----------------------------------------------------------------
 

@@ -72,12 +72,12 @@ class WeakFactory(SandboxFactory):
     def configure(self, sandbox: Sandbox, spec: ExecSpec) -> None:
         super().configure(sandbox, replace(spec, limits=replace(spec.limits, **LOOSE)))
 
+    def network_namespace(self, sandbox: Sandbox) -> int | None:
+        return None  # not the gateway's boundary: nsjail starts in the host's
+
     def argv(self, sandbox: Sandbox) -> list[str]:
         args = super().argv(sandbox)
         args[args.index(f"{sandbox.workspace.tmp_dir}:/tmp")] = f"{self.shared_tmp}:/tmp"
-        # Not into the gateway's boundary namespace: nsjail stays in the host's.
-        at = args.index(self.nsenter)
-        del args[at : at + 3]
         at = args.index("--seccomp_policy")
         del args[at : at + 2]
         s = self.settings
