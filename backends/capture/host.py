@@ -27,7 +27,6 @@ import contextlib
 import ctypes
 import dataclasses
 import functools
-import itertools
 import logging
 import os
 import shutil
@@ -577,20 +576,19 @@ def idle_child(pid: int, timeout_s: float = IDLE_TIMEOUT_S) -> int:
     files by path."""
     deadline = time.monotonic() + timeout_s
     child, wchan, syscall = 0, -1, -1
+    look = 0
     try:
-        for look in itertools.count():
+        while True:
             if not child:
-                with contextlib.suppress(OSError, ValueError, IndexError):
-                    child = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
-                    wchan = os.open(f"/proc/{child}/wchan", os.O_RDONLY | os.O_CLOEXEC)
-                    syscall = os.open(f"/proc/{child}/syscall", os.O_RDONLY | os.O_CLOEXEC)
+                child, wchan, syscall = _first_child(pid)
             if child and _waits(wchan, syscall):
                 # Checked once it waits: a sandbox made just now may still be its
                 # shell shim, and a child not yet exec'd is the jail itself.
                 with contextlib.suppress(OSError):
                     if os.readlink(f"/proc/{child}/exe") != os.readlink(f"/proc/{pid}/exe"):
                         return child
-            rare = not child or look % 8 == 7
+            look += 1
+            rare = not child or look % 8 == 0
             if rare and _exited(pid):
                 # An interpreter that never waits (one that does not read its file):
                 # nothing will be handed over to it, so there is nothing to follow.
@@ -607,7 +605,24 @@ def idle_child(pid: int, timeout_s: float = IDLE_TIMEOUT_S) -> int:
         for fd in (wchan, syscall):
             if fd >= 0:
                 os.close(fd)
-    raise AssertionError("unreachable")
+
+
+def _first_child(pid: int) -> tuple[int, int, int]:
+    """(child, its wchan and syscall files held open), or (0, -1, -1) if there is
+    none yet or it went before both were open."""
+    try:
+        child = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0, -1, -1
+    try:
+        wchan = os.open(f"/proc/{child}/wchan", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return 0, -1, -1
+    try:
+        return child, wchan, os.open(f"/proc/{child}/syscall", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        os.close(wchan)
+        return 0, -1, -1
 
 
 def _whereabouts(pid: int) -> str:
