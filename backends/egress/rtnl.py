@@ -20,6 +20,7 @@ import ipaddress
 import os
 import socket
 import struct
+import time
 from types import TracebackType
 
 NETLINK_ROUTE = 0
@@ -32,8 +33,8 @@ NLM_F_EXCL, NLM_F_CREATE = 0x200, 0x400
 NLM_F_ACK_TLVS = 0x200  # in an acknowledgement: extended-ack attributes follow
 NLMSGERR_ATTR_MSG = 1
 
-RTM_NEWLINK, RTM_NEWADDR, RTM_NEWROUTE = 16, 20, 24
-IFF_UP = 0x1
+RTM_NEWLINK, RTM_GETLINK, RTM_NEWADDR, RTM_NEWROUTE = 16, 18, 20, 24
+IFF_UP, IFF_RUNNING = 0x1, 0x40
 IFLA_IFNAME, IFLA_LINKINFO, IFLA_NET_NS_PID, IFLA_AF_SPEC = 3, 18, 19, 26
 IFLA_INFO_KIND, IFLA_INFO_DATA = 1, 2
 VETH_INFO_PEER = 1
@@ -149,6 +150,26 @@ class RouteSocket:
         what = f"link add {name} type veth peer name {peer} netns {peer_netns_pid}"
         self.request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body, what)
 
+    def link_flags(self, name: str, index: int | None = None) -> int:
+        """The link's flags as `ip link show` prints them (IFF_*). `index` names it
+        where this thread is no longer in the socket's namespace."""
+        index = self.index(name) if index is None else index
+        body = IFINFOMSG.pack(socket.AF_UNSPEC, 0, index, 0, 0)
+        reply = self.query(RTM_GETLINK, RTM_NEWLINK, body, f"link show {name}")
+        return int(IFINFOMSG.unpack_from(reply, NLMSGHDR.size)[3])
+
+    def wait_running(self, name: str, index: int | None = None, *, timeout_s: float = 2.0) -> None:
+        """Until the link is operationally up. A veth end's carrier comes on with its
+        peer's, but the kernel settles the rest later, from its linkwatch work queue:
+        until then the link has no queueing discipline and what it sends is dropped
+        (a sandbox's first packet, a sinkhole's reset). Linkwatch runs a veth's event
+        at once, so this is a few polls; a link that never comes up is an error."""
+        deadline = time.monotonic() + timeout_s
+        while not self.link_flags(name, index) & IFF_RUNNING:
+            if time.monotonic() > deadline:
+                raise OSError(errno.ETIMEDOUT, f"link {name} is not running after {timeout_s} s")
+            time.sleep(0.0002)
+
     # --- plumbing ---------------------------------------------------------------
 
     @staticmethod
@@ -165,10 +186,20 @@ class RouteSocket:
 
     def request(self, kind: int, flags: int, body: bytes, what: str) -> None:
         """Send one request and wait for its acknowledgement; OSError names `what`."""
+        self._exchange(kind, NLM_F_ACK | flags, body, what, None)
+
+    def query(self, kind: int, answer: int, body: bytes, what: str) -> bytes:
+        """Send one request and return the kernel's answer (a message of type `answer`)."""
+        reply = self._exchange(kind, 0, body, what, answer)
+        assert reply is not None
+        return reply
+
+    def _exchange(
+        self, kind: int, flags: int, body: bytes, what: str, answer: int | None
+    ) -> bytes | None:
         self.seq += 1
         seq = self.seq
-        header = NLMSGHDR.pack(NLMSGHDR.size + len(body), kind, NLM_F_REQUEST | NLM_F_ACK | flags,
-                               seq, 0)  # fmt: skip
+        header = NLMSGHDR.pack(NLMSGHDR.size + len(body), kind, NLM_F_REQUEST | flags, seq, 0)
         self.sock.send(header + body)
         while True:
             data = self.sock.recv(65536)
@@ -179,17 +210,28 @@ class RouteSocket:
                     raise OSError(f"{what}: malformed netlink reply")
                 message = data[offset : offset + size]
                 offset += _align(size)
-                if got != NLMSG_ERROR or got_seq != seq:
+                if got_seq != seq:
                     continue
-                (error,) = NLMSGERR.unpack_from(message, NLMSGHDR.size)
-                if error == 0:
-                    return
-                reason = os.strerror(-error)
-                if got_flags & NLM_F_ACK_TLVS:
-                    detail = _ext_ack_message(message[NLMSGHDR.size * 2 + NLMSGERR.size :])
-                    if detail:
-                        reason = f"{reason} ({detail})"
-                raise OSError(-error, f"{what}: {reason}")
+                if got == NLMSG_ERROR:
+                    error = _reply_error(message, got_flags, what)
+                    if error is not None:
+                        raise error
+                    if answer is None:
+                        return None
+                elif got == answer:
+                    return message
+
+
+def _reply_error(message: bytes, flags: int, what: str) -> OSError | None:
+    (error,) = NLMSGERR.unpack_from(message, NLMSGHDR.size)
+    if error == 0:
+        return None
+    reason = os.strerror(-error)
+    if flags & NLM_F_ACK_TLVS:
+        detail = _ext_ack_message(message[NLMSGHDR.size * 2 + NLMSGERR.size :])
+        if detail:
+            reason = f"{reason} ({detail})"
+    return OSError(-error, f"{what}: {reason}")
 
 
 def _ext_ack_message(tlvs: bytes) -> str:

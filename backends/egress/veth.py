@@ -51,34 +51,38 @@ def _furnish(holder_pid: int) -> BoundaryFds:
         if ipv6:
             _sysctls({"ipv6/conf/all/forwarding": "1"})
         tun = open_tun(TUN_NAME)
-        with RouteSocket() as rtnl:  # the sinkhole's
-            configure_tun(rtnl, ipv6)
-            rtnl.add_veth(FAR, LINK, holder_pid)
-            rtnl.add_address(FAR, f"{GATEWAY_V4}/30")
+        with RouteSocket() as sinkhole:  # stays the sinkhole's after the thread leaves
+            configure_tun(sinkhole, ipv6)
+            sinkhole.add_veth(FAR, LINK, holder_pid)
+            sinkhole.add_address(FAR, f"{GATEWAY_V4}/30")
             if ipv6:
-                rtnl.add_address(FAR, f"{GATEWAY_V6}/64", nodad=True)
-            rtnl.link_up(FAR)
-        proxy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        made.append(proxy)
-        proxy.bind(RELAY_TARGET)
-        proxy.listen(128)
-        resolver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        made.append(resolver)
-        resolver.bind((GATEWAY_V4, 53))
-        for sock in made:
-            sock.setblocking(False)
-        # Now the holder's side, from the same thread (sockets stay where they were made).
-        enter(holder)
-        if ipv6:
-            _sysctls({f"ipv6/conf/{k}/disable_ipv6": "0" for k in ("all", "default", LINK)})
-        with RouteSocket() as rtnl:  # made after entering: the holder's
-            rtnl.link_up("lo")
-            rtnl.link_up(LINK)
-            rtnl.add_address(LINK, f"{SANDBOX_LINK_V4}/30")
-            rtnl.default_route_via(GATEWAY_V4)
+                sinkhole.add_address(FAR, f"{GATEWAY_V6}/64", nodad=True)
+            sinkhole.link_up(FAR)
+            far = sinkhole.index(FAR)
+            proxy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            made.append(proxy)
+            proxy.bind(RELAY_TARGET)
+            proxy.listen(128)
+            resolver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            made.append(resolver)
+            resolver.bind((GATEWAY_V4, 53))
+            for sock in made:
+                sock.setblocking(False)
+            # Now the holder's side, from the same thread (sockets stay where they were made).
+            enter(holder)
             if ipv6:
-                rtnl.add_address(LINK, f"{SANDBOX_LINK_V6}/64", nodad=True)
-                rtnl.default_route_via(GATEWAY_V6)
+                _sysctls({f"ipv6/conf/{k}/disable_ipv6": "0" for k in ("all", "default", LINK)})
+            with RouteSocket() as rtnl:  # made after entering: the holder's
+                rtnl.link_up("lo")
+                rtnl.link_up(LINK)
+                rtnl.add_address(LINK, f"{SANDBOX_LINK_V4}/30")
+                rtnl.default_route_via(GATEWAY_V4)
+                if ipv6:
+                    rtnl.add_address(LINK, f"{SANDBOX_LINK_V6}/64", nodad=True)
+                    rtnl.default_route_via(GATEWAY_V6)
+                # Both ends carry traffic before the boundary is handed over.
+                rtnl.wait_running(LINK)
+            sinkhole.wait_running(FAR, far)
         return BoundaryFds(tun=tun, proxy=proxy, resolver=resolver, netns=netns)
     except BaseException:
         discard(made, tun, netns)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 
 from backends.egress.boundary import SANDBOX_V4, SANDBOX_V6, TUN_NAME, configure_tun
 from backends.egress.netns import discard, enter, open_tun, run_in_thread
-from backends.egress.rtnl import RouteSocket
+from backends.egress.rtnl import IFF_RUNNING, RouteSocket
 from backends.egress.veth import (
     FAR,
     GATEWAY_V4,
@@ -144,6 +145,10 @@ def test_the_veth_boundary_matches_iproute2(holder: int) -> None:  # noqa: F811
                 rtnl.default_route_via(GATEWAY_V4)
                 rtnl.add_address(LINK, f"{SANDBOX_LINK_V6}/64", nodad=True)
                 rtnl.default_route_via(GATEWAY_V6)
+        # Either way the kernel settles the link's operational state a moment later
+        # (linkwatch); veth.py waits for it, and so does the view.
+        with RouteSocket() as rtnl:
+            rtnl.wait_running(LINK)
 
     # Each run leaves the view of the holder's namespace (the thread ends in it); the
     # link goes with the sinkhole, so the holder is as new for the second run.
@@ -194,3 +199,39 @@ def test_a_refusal_names_its_step(step: Callable[[RouteSocket], Any], message: s
             discard([], netns)
 
     assert message in run_in_thread(work)
+
+
+def test_a_link_is_waited_for_until_it_runs_and_one_that_cannot_is_an_error() -> None:
+    require_root()
+
+    def work() -> tuple[bool, bool, str, str]:
+        netns = enter(None)
+        try:
+            with RouteSocket() as rtnl:
+                # Both ends here: IFLA_NET_NS_PID takes a thread id too.
+                rtnl.add_veth("execgateA", "execgateB", threading.get_native_id())
+                rtnl.link_up("execgateA")
+                # Its peer is down: no carrier, so it never runs.
+                lone = bool(rtnl.link_flags("execgateA") & IFF_RUNNING)
+                try:
+                    rtnl.wait_running("execgateA", timeout_s=0.05)
+                    stuck = "no error"
+                except OSError as exc:
+                    stuck = str(exc)
+                rtnl.link_up("execgateB")
+                rtnl.wait_running("execgateA")
+                rtnl.wait_running("execgateB", rtnl.index("execgateB"))
+                both = all(rtnl.link_flags(n) & IFF_RUNNING for n in ("execgateA", "execgateB"))
+                try:
+                    rtnl.link_flags("gone", 2**30)
+                    gone = "no error"
+                except OSError as exc:
+                    gone = str(exc)
+                return lone, both, stuck, gone
+        finally:
+            discard([], netns)
+
+    lone, both, stuck, gone = run_in_thread(work)
+    assert not lone and both
+    assert stuck.endswith("link execgateA is not running after 0.05 s")
+    assert "link show gone: No such device" in gone
