@@ -105,16 +105,26 @@ def _furnish(netns_path: str | None) -> BoundaryFds:
         tun = open_tun(TUN_NAME)
         with RouteSocket() as rtnl:  # made here: this namespace's
             configure_tun(rtnl, ipv6=not ipv6_disabled())
-        proxy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        made.append(proxy)
-        proxy.bind((PROXY_HOST, PROXY_PORT))
-        proxy.listen(128)
-        resolver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        made.append(resolver)
-        resolver.bind((RESOLVER_HOST, 53))
-        for sock in made:
-            sock.setblocking(False)
+        proxy, resolver = listeners(made, (PROXY_HOST, PROXY_PORT), (RESOLVER_HOST, 53))
         return BoundaryFds(tun=tun, proxy=proxy, resolver=resolver, netns=netns)
     except BaseException:
         discard(made, tun, netns)
         raise
+
+
+def listeners(
+    made: list[socket.socket], proxy_at: tuple[str, int], resolver_at: tuple[str, int]
+) -> tuple[socket.socket, socket.socket]:
+    """The proxy's listening socket and the resolver's, bound in the calling thread's
+    namespace (non-blocking, for the gateway's loop); each is in `made` as soon as it
+    exists, so a failure part-way closes what was made."""
+    proxy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    made.append(proxy)
+    proxy.bind(proxy_at)
+    proxy.listen(128)
+    resolver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    made.append(resolver)
+    resolver.bind(resolver_at)
+    for sock in made:
+        sock.setblocking(False)
+    return proxy, resolver

@@ -17,7 +17,13 @@ from __future__ import annotations
 import os
 import socket
 
-from backends.egress.boundary import TUN_NAME, BoundaryFds, configure_tun, furnish_in_thread
+from backends.egress.boundary import (
+    TUN_NAME,
+    BoundaryFds,
+    configure_tun,
+    furnish_in_thread,
+    listeners,
+)
 from backends.egress.netns import discard, enter, open_tun
 from backends.egress.rtnl import RouteSocket
 
@@ -59,15 +65,7 @@ def _furnish(holder_pid: int) -> BoundaryFds:
                 sinkhole.add_address(FAR, f"{GATEWAY_V6}/64", nodad=True)
             sinkhole.link_up(FAR)
             far = sinkhole.index(FAR)
-            proxy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            made.append(proxy)
-            proxy.bind(RELAY_TARGET)
-            proxy.listen(128)
-            resolver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            made.append(resolver)
-            resolver.bind((GATEWAY_V4, 53))
-            for sock in made:
-                sock.setblocking(False)
+            proxy, resolver = listeners(made, RELAY_TARGET, (GATEWAY_V4, 53))
             # Now the holder's side, from the same thread (sockets stay where they were made).
             enter(holder)
             if ipv6:
