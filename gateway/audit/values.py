@@ -30,8 +30,23 @@ def jsonable(value: Any, _depth: int = 0) -> Any:
     """A plain-JSON copy of `value` (see the module docstring for the rules)."""
     if _depth > MAX_DEPTH:
         raise ValueError(f"audit field nested deeper than {MAX_DEPTH} levels")
-    if value is None:
-        return None
+    # Exact built-in types first: nearly every value of every record is one, and a
+    # request writes several records on the event loop. Subclasses (IntEnum, a str
+    # Enum, OrderedDict) take the general path below.
+    kind = type(value)
+    if kind is str:
+        return value if value.isascii() else _clean_str(value)
+    if kind is int or kind is bool or value is None:
+        return value
+    if kind is dict:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"audit field keys must be strings, got {type(key).__name__}")
+            out[_clean_str(key)] = jsonable(item, _depth + 1)
+        return out
+    if kind is list:
+        return [jsonable(item, _depth + 1) for item in value]
     if isinstance(value, Enum):
         return jsonable(value.value, _depth + 1)
     if isinstance(value, bool):
@@ -45,7 +60,7 @@ def jsonable(value: Any, _depth: int = 0) -> Any:
             raise ValueError(f"audit field value {value!r} is not valid JSON")
         return float(value)
     if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
+        out = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"audit field keys must be strings, got {type(key).__name__}")

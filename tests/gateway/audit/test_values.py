@@ -78,3 +78,36 @@ def test_depth_limit() -> None:
         nested = [nested]
     with pytest.raises(ValueError, match="nested"):
         jsonable(nested)
+
+
+def test_subclasses_of_plain_types_convert_like_their_kind() -> None:
+    # The exact-type fast path must not swallow them: an IntEnum is an int, a str
+    # Enum a str, an OrderedDict a dict, a namedtuple a tuple; each comes out plain.
+    from collections import OrderedDict, namedtuple
+    from enum import IntEnum, StrEnum
+
+    class Level(IntEnum):
+        HIGH = 3
+
+    class Mode(StrEnum):
+        FAST = "fast"
+
+    pair = namedtuple("pair", "a b")
+    value = {
+        "level": Level.HIGH,
+        "mode": Mode.FAST,
+        "ordered": OrderedDict([("b", Level.HIGH), ("a", "\udcff")]),
+        "pair": pair(Mode.FAST, True),
+        "nested": [[{"x": None, "y": 1.5, "z": "é"}]],
+    }
+    out = jsonable(value)
+    assert out == {
+        "level": 3,
+        "mode": "fast",
+        "ordered": {"b": 3, "a": "\\udcff"},
+        "pair": ["fast", True],
+        "nested": [[{"x": None, "y": 1.5, "z": "é"}]],
+    }
+    assert type(out["level"]) is int and type(out["mode"]) is str
+    assert type(out["ordered"]) is dict and type(out["pair"]) is list
+    assert json.loads(json.dumps(out)) == out
