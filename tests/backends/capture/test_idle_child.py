@@ -8,7 +8,9 @@ child not yet its own program, a parent gone, a child that never waits.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,7 +28,10 @@ def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
     yield started
     for proc in started:
-        proc.kill()
+        # Each is a session (and process group) of its own: its children go with it
+        # (a `cat` left blocked on its FIFO would outlive the test).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
 
