@@ -20,7 +20,7 @@ from backends import backend_class
 from backends.base import BackendError, SandboxBackend, SandboxEvent
 from backends.capture.host import TracerHub
 from gateway.admission.gate import Admission
-from gateway.appkeys import PIPELINE, SERVICES, SETTINGS
+from gateway.appkeys import PIPELINE, SERVICES, SETTINGS, TRACERS
 from gateway.approvals.desk import ApprovalDesk
 from gateway.approvals.webhooks import WebhookSecretError
 from gateway.audit.log import AuditLog, AuditUnavailable
@@ -81,8 +81,11 @@ def make_backends(settings: Settings, tracers: TracerHub) -> dict[str, SandboxBa
     return backends
 
 
-async def build_services(settings: Settings, stack: AsyncExitStack) -> Services:
-    """Start every shared resource; each one's close is pushed onto `stack`."""
+async def build_services(
+    settings: Settings, stack: AsyncExitStack, tracers: TracerHub | None = None
+) -> Services:
+    """Start every shared resource; each one's close is pushed onto `stack`.
+    `tracers`: host tracers the caller owns (and closes); None makes the gateway's own."""
     audit = AuditLog(Path(settings.audit.path), flush_interval_ms=settings.audit.flush_interval_ms)
     await audit.start()
     stack.push_async_callback(audit.close)
@@ -92,7 +95,7 @@ async def build_services(settings: Settings, stack: AsyncExitStack) -> Services:
     stack.push_async_callback(_record_stop, audit, started)
 
     try:
-        services = await _start_components(settings, audit, stack)
+        services = await _start_components(settings, audit, stack, tracers)
         # Before gateway.started: that record says everything before it is accounted for.
         await recover(audit, services.store)
     except Exception as exc:
@@ -157,7 +160,9 @@ async def _record_stop(audit: AuditLog, started: list[bool]) -> None:
             await audit.append("gateway.stopped", reason="shutdown")
 
 
-async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExitStack) -> Services:
+async def _start_components(
+    settings: Settings, audit: AuditLog, stack: AsyncExitStack, tracers: TracerHub | None
+) -> Services:
     verifier = TokenVerifier(settings.auth)
     await verifier.start()
     stack.push_async_callback(verifier.close)
@@ -167,8 +172,9 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
     stack.push_async_callback(engine.close)
 
     # One host tracer for every backend on the host kernel; closed after them all.
-    tracers = TracerHub()
-    stack.push_async_callback(tracers.close)
+    if tracers is None:
+        tracers = TracerHub()
+        stack.push_async_callback(tracers.close)
     backends = make_backends(settings, tracers)
     for name, backend in backends.items():
         _audit_background_failures(name, backend, audit)
@@ -239,7 +245,7 @@ async def _start_components(settings: Settings, audit: AuditLog, stack: AsyncExi
 
 async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
     async with AsyncExitStack() as stack:
-        services = await build_services(app[SETTINGS], stack)
+        services = await build_services(app[SETTINGS], stack, app.get(TRACERS))
         app[SERVICES] = services
         metrics_live.install(services)  # pools, audit writes, webhook deliveries
         services.tracing = Tracing.from_settings(app[SETTINGS].telemetry)
@@ -254,7 +260,10 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
             await selftest.stop()
 
 
-def create_app(settings: Settings) -> web.Application:
+def create_app(settings: Settings, *, tracers: TracerHub | None = None) -> web.Application:
+    """The gateway. `tracers`: a host tracer hub the caller owns and closes, shared with
+    other gateways in the process (tests: the kernel tracer attaches in ~14 s and
+    detaches in ~20 s); by default the gateway makes and closes its own."""
     app = web.Application(
         middlewares=[error_middleware],
         client_max_size=settings.server.max_body_bytes,
@@ -265,6 +274,8 @@ def create_app(settings: Settings) -> web.Application:
         handler_args={"auto_decompress": False},
     )
     app[SETTINGS] = settings
+    if tracers is not None:
+        app[TRACERS] = tracers
     app[OPENAPI] = openapi_document()
     app.cleanup_ctx.append(_services_ctx)
     app.add_routes(ops_routes)

@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import logging
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -204,6 +205,10 @@ class HostTracer:
         self._errors = bytearray()
         self._cpus: list[int] = []
         self._closing = False
+        # Written once by close: the reading threads stop at once, rather than at the
+        # end of the tracer's exit (its output reaches EOF only after the kernel has
+        # released every one of its tracepoints, ~20 s; see close_sync).
+        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
 
     @property
     def running(self) -> bool:
@@ -264,7 +269,7 @@ class HostTracer:
         out = proc.stdout.fileno()
         pending = b""
         while b"\n" not in pending:
-            chunk = os.read(out, CHUNK)
+            chunk = self._next(out, CHUNK)
             if not chunk:
                 break
             pending += chunk
@@ -284,13 +289,23 @@ class HostTracer:
         ]
         return " | ".join(lines[-3:])[-500:] or "no message"
 
+    def _next(self, fd: int, size: int) -> bytes:
+        """The next chunk from `fd`; b"" at its end or once close has begun."""
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.register(self._stop_r, select.POLLIN)
+        ready = dict(poller.poll())
+        if self._stop_r in ready:
+            return b""
+        return os.read(fd, size)
+
     def _drain_stderr(self, stream: typing.IO[bytes]) -> None:
-        while chunk := os.read(stream.fileno(), 4096):
+        while chunk := self._next(stream.fileno(), 4096):
             self._errors += chunk
             del self._errors[:-4096]
 
     def _read(self, out: int, pending: bytes) -> None:
-        while chunk := os.read(out, CHUNK):
+        while chunk := self._next(out, CHUNK):
             *lines, pending = (pending + chunk).split(b"\n")
             with self._lock:
                 for raw in lines:
@@ -354,25 +369,38 @@ class HostTracer:
         await asyncio.to_thread(self.close_sync)
 
     def close_sync(self) -> None:
-        """Detach and wait for the process and its threads (blocking, bounded)."""
+        """Stop the tracer and the threads reading it (blocking, bounded: the kernel's
+        release of its tracepoints goes on after this returns)."""
         with self._lock:
             self._closing = True
             proc = self._proc
         if proc is not None and proc.poll() is None:
+            # Killed, not waited for. Each of its ~290 tracepoints is unregistered
+            # after an RCU grace period of its own (the kernel's perf_trace_event_unreg,
+            # under one mutex): ~20 s here whether bpftrace detaches them (SIGINT) or
+            # its exit does. Nothing needs them gone first: its output ends with its
+            # first descriptors, the rest goes on in the kernel, and the process is
+            # reaped on a thread of its own (by init, if the gateway exits first).
             with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGINT)  # bpftrace detaches its probes
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait()
+            threading.Thread(target=proc.wait, name="execgate-tracer-reap", daemon=True).start()
+        if self._stop_w >= 0:
+            os.write(self._stop_w, b"x")
+        stuck = False
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(timeout=10)
-        if proc is not None:
+                stuck = stuck or thread.is_alive()
+        # A descriptor is closed only once no thread can still read it (a number
+        # reused under a reader would hand it someone else's data).
+        if proc is not None and not stuck:
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
+        if not stuck and self._stop_w >= 0:
+            os.close(self._stop_r)
+            os.close(self._stop_w)
+            self._stop_r = self._stop_w = -1
         self._threads = []
         self._proc = None
         self.problem = "stopped"

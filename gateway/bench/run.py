@@ -20,6 +20,7 @@ from aiohttp import web
 
 from backends import SandboxBackend, backend_class
 from backends.base import ExecSpec, Limits
+from backends.capture.host import TracerHub
 from backends.egress.boundary import BoundaryFds, open_boundary
 from gateway.app import create_app
 from gateway.appkeys import SERVICES
@@ -56,8 +57,9 @@ def bench_settings(root: Path, backend: str, **extra: str) -> Settings:
 class Gateway:
     """A gateway on an ephemeral loopback port, plus a client with a bench token."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tracers: TracerHub | None = None) -> None:
         self.settings = settings
+        self.tracers = tracers  # the caller's host tracers (None: the gateway's own)
         self.runner: web.AppRunner | None = None
         self.session: aiohttp.ClientSession | None = None
         self.url = ""
@@ -66,7 +68,8 @@ class Gateway:
     async def __aenter__(self) -> Gateway:
         from gateway.auth.tokens import load_or_create_dev_secret, mint_token
 
-        self.runner = web.AppRunner(create_app(self.settings), access_log=None)
+        app = create_app(self.settings, tracers=self.tracers)
+        self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()

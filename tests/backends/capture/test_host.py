@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import threading
+from pathlib import Path
 
 import pytest
 
 from backends.base import BackendError
-from backends.capture.host import Capture, Demux, HostCapture
+from backends.capture.host import Capture, Demux, HostCapture, HostTracer
 from backends.capture.record import BehaviourRecorder
 from backends.capture.settings import CaptureSettings
+from tests.backends.conftest import require_root
 
 NS, OTHER = 4026532001, 4026532002
 NAMES = {165: "mount", 101: "ptrace"}
@@ -241,3 +245,34 @@ async def test_a_cancelled_claim_forgets_its_registration() -> None:
     slow.release.set()
     assert await asyncio.to_thread(slow.forgot.wait, 30)
     assert slow.discarded == slow.registered and len(slow.registered) == 1
+
+
+async def test_close_stops_the_readers_at_once_though_the_output_stays_open(
+    tmp_path: Path,
+) -> None:
+    # bpftrace's output reaches EOF only when the kernel has released every one of
+    # its tracepoints (~20 s after it is killed). Here a child of the stand-in keeps
+    # the output open for good: close must not wait for the end of it, and must kill
+    # the tracer.
+    require_root()
+    fake = tmp_path / "tracer"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"sleep 600 & echo $! > {tmp_path / 'child'}\n"
+        'echo \'{"type": "printf", "data": "ready\\n"}\'\n'
+        "exec sleep 600\n"
+    )
+    fake.chmod(0o755)
+    tracer = HostTracer(CaptureSettings(tracer_path=str(fake)))
+    await tracer.start()
+    proc, threads = tracer._proc, list(tracer._threads)
+    assert proc is not None and tracer.running and all(t.is_alive() for t in threads)
+    child = int((tmp_path / "child").read_text())
+    try:
+        await tracer.close()
+        assert not any(t.is_alive() for t in threads)
+        assert await asyncio.to_thread(proc.wait, 30) == -signal.SIGKILL
+        assert tracer.problem == "stopped" and not tracer.running
+        assert os.path.exists(f"/proc/{child}")  # the output was still open
+    finally:
+        os.kill(child, signal.SIGKILL)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from backends.base import BackendError, ExecSpec, Limits, Status
+from backends.capture.host import TracerHub
 from backends.docker.backend import DockerBackend
 from backends.docker.config import Shape
 from backends.docker.image import RECIPE, default_image
@@ -339,7 +340,9 @@ async def test_an_engine_that_goes_away_fails_closed_and_recovers() -> None:
 # --- behind the gateway ------------------------------------------------------------------
 
 
-async def test_the_gateway_runs_code_in_docker_and_reports_it_ready(tmp_path: Path) -> None:
+async def test_the_gateway_runs_code_in_docker_and_reports_it_ready(
+    tmp_path: Path, tracer_hub: TracerHub
+) -> None:
     from gateway.bench.run import Gateway, bench_settings
 
     probe = await start_docker_backend(
@@ -347,7 +350,7 @@ async def test_the_gateway_runs_code_in_docker_and_reports_it_ready(tmp_path: Pa
     )  # or skip
     await probe.close()
     env = {"EXECGATE_BACKENDS_DOCKER_POOL_SIZE": "1"}
-    async with Gateway(bench_settings(tmp_path, "docker", **env)) as gw:
+    async with Gateway(bench_settings(tmp_path, "docker", **env), tracer_hub) as gw:
         body = await gw.execute()
         assert (body["status"], body["stdout"], body["backend"]) == ("ok", "1\n", "docker")
         assert gw.session is not None

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from backends.base import BackendError, ExecSpec, Limits, SandboxStartError, Status
+from backends.capture.host import TracerHub
 from backends.docker.backend import DockerBackend
 from backends.docker.engine import Engine
 from backends.docker.gvisor import GvisorBackend
@@ -54,8 +55,8 @@ class FlakyEngine(Engine):
 
 def flaky(cls: type[DockerBackend]) -> type[DockerBackend]:
     class Flaky(cls):  # type: ignore[valid-type, misc]
-        def __init__(self, settings: DockerSettings) -> None:
-            super().__init__(settings)
+        def __init__(self, settings: DockerSettings, tracers: TracerHub | None = None) -> None:
+            super().__init__(settings, tracers=tracers)
             s = self.settings
             self.engine = FlakyEngine(s.docker_host, s.engine_threads, s.engine_timeout_s)
 
@@ -63,9 +64,13 @@ def flaky(cls: type[DockerBackend]) -> type[DockerBackend]:
 
 
 @contextlib.asynccontextmanager
-async def started(name: str, **settings: object) -> AsyncIterator[DockerBackend]:
+async def started(
+    name: str, tracers: TracerHub, **settings: object
+) -> AsyncIterator[DockerBackend]:
+    """The backend with capture on, on the run's shared host tracer (a tracer of its
+    own would attach and detach ~290 tracepoints: half a minute per test)."""
     cls, settings_cls = BACKENDS[name]
-    backend = await start_docker_backend(flaky(cls)(settings_cls(**settings)))
+    backend = await start_docker_backend(flaky(cls)(settings_cls(**settings), tracers=tracers))
     try:
         yield backend
     finally:
@@ -78,8 +83,10 @@ def engine_of(backend: DockerBackend) -> FlakyEngine:
 
 
 @pytest.mark.parametrize("name", BACKENDS)
-async def test_a_refused_start_is_retried_on_a_fresh_container(name: str) -> None:
-    async with started(name, pool_size=0) as backend:
+async def test_a_refused_start_is_retried_on_a_fresh_container(
+    name: str, tracer_hub: TracerHub
+) -> None:
+    async with started(name, tracer_hub, pool_size=0) as backend:
         engine = engine_of(backend)
         engine.refuse = 2
         result = await run(backend, "python", "print('third time')")
@@ -93,8 +100,10 @@ async def test_a_refused_start_is_retried_on_a_fresh_container(name: str) -> Non
 
 
 @pytest.mark.parametrize("name", BACKENDS)
-async def test_when_every_try_fails_the_error_carries_each_failure(name: str) -> None:
-    async with started(name, pool_size=0, start_attempts=3) as backend:
+async def test_when_every_try_fails_the_error_carries_each_failure(
+    name: str, tracer_hub: TracerHub
+) -> None:
+    async with started(name, tracer_hub, pool_size=0, start_attempts=3) as backend:
         engine_of(backend).refuse = 100
         with pytest.raises(SandboxStartError, match=r"\(3 tries\)") as caught:
             await run(backend, "python", "print('never')")
@@ -113,8 +122,10 @@ def pooled(backend: DockerBackend) -> Container:
     ("name", "victim"),
     [("docker", "container"), ("docker-gvisor", "container"), ("docker-gvisor", "holder")],
 )
-async def test_a_pooled_container_killed_from_outside_is_replaced(name: str, victim: str) -> None:
-    async with started(name, pool_size=1) as backend:
+async def test_a_pooled_container_killed_from_outside_is_replaced(
+    name: str, victim: str, tracer_hub: TracerHub
+) -> None:
+    async with started(name, tracer_hub, pool_size=1) as backend:
         await backend.wait_settled()
         container = pooled(backend)
         factory = backend._require_factory()
@@ -132,8 +143,10 @@ async def test_a_pooled_container_killed_from_outside_is_replaced(name: str, vic
 
 
 @pytest.mark.parametrize("name", BACKENDS)
-async def test_nothing_is_retried_once_the_program_was_handed_over(name: str) -> None:
-    async with started(name, pool_size=0) as backend:
+async def test_nothing_is_retried_once_the_program_was_handed_over(
+    name: str, tracer_hub: TracerHub
+) -> None:
+    async with started(name, tracer_hub, pool_size=0) as backend:
         engine = engine_of(backend)
         starts = engine.starts
         task = asyncio.ensure_future(run(backend, "python", "import time\ntime.sleep(60)"))

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from backends.capture.host import TracerHub
 from tests.gateway.conftest import CAPTURE_ON, audit_records, auth, make_settings, require_root
 
 pytestmark = pytest.mark.integration
@@ -23,7 +24,7 @@ TRIES = (
 
 
 async def test_what_the_code_tried_is_in_the_answer_the_log_and_the_review(
-    aiohttp_client: Any, tmp_path: Path
+    aiohttp_client: Any, tmp_path: Path, tracer_hub: TracerHub
 ) -> None:
     require_root()
     from gateway.app import create_app
@@ -31,7 +32,7 @@ async def test_what_the_code_tried_is_in_the_answer_the_log_and_the_review(
     from gateway.auth.tokens import mint_token
 
     settings = make_settings(tmp_path, **CAPTURE_ON)
-    client: TestClient = await aiohttp_client(create_app(settings))
+    client: TestClient = await aiohttp_client(create_app(settings, tracers=tracer_hub))
     secret = load_or_create_dev_secret(Path(settings.auth.hs256_secret_file))
     token: Callable[..., str] = lambda scopes="exec:bash": mint_token(  # noqa: E731
         secret, tenant="acme", sub="agent-7", scopes=scopes.split(), ttl_s=600
