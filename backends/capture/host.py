@@ -207,8 +207,8 @@ class HostTracer:
         self._closing = False
         # Written once by close: the reading threads stop at once, rather than at the
         # end of the tracer's exit (its output reaches EOF only after the kernel has
-        # released every one of its tracepoints, ~20 s; see close_sync).
-        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
+        # released every one of its tracepoints, ~20 s; see close_sync). Made with them.
+        self._stop_r = self._stop_w = -1
 
     @property
     def running(self) -> bool:
@@ -225,6 +225,7 @@ class HostTracer:
             self.level, KERNEL_CAP, refusable_calls(tracepoints), gateway_pid=os.getpid()
         )
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
         reader = threading.Thread(
             target=self._run, args=(tracer, script, ready), name="execgate-tracer", daemon=True
         )
@@ -238,6 +239,9 @@ class HostTracer:
             if isinstance(exc, CaptureUnavailable):
                 raise
             raise CaptureUnavailable(f"{tracer} did not attach: {self._error_text()}") from None
+        except BaseException:
+            self.close_sync()  # cancelled while attaching: nothing is left running (bounded)
+            raise
         self.problem = ""
 
     def _run(self, tracer: str, script: str, ready: concurrent.futures.Future[None]) -> None:
@@ -426,14 +430,18 @@ class TracerHub:
         key = settings.tracer_path or TRACER
         with self._lock:
             pending = self._tracers.get(key)
+            dead: HostTracer | None = None
             if pending is not None and pending.done():
                 failed = pending.exception() is not None
                 if failed or not pending.result().running:
+                    dead = None if failed else pending.result()
                     pending = None
             owner = pending is None
             if pending is None:
                 pending = concurrent.futures.Future()
                 self._tracers[key] = pending
+        if dead is not None:
+            await dead.close()  # its threads and descriptors (it has exited, or stopped)
         if owner:
             tracer = HostTracer(settings)
             try:

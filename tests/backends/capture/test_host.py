@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from backends.base import BackendError
-from backends.capture.host import Capture, Demux, HostCapture, HostTracer
+from backends.capture.host import Capture, Demux, HostCapture, HostTracer, TracerHub
 from backends.capture.record import BehaviourRecorder
 from backends.capture.settings import CaptureSettings
 from tests.backends.conftest import require_root
@@ -276,3 +276,26 @@ async def test_close_stops_the_readers_at_once_though_the_output_stays_open(
         assert os.path.exists(f"/proc/{child}")  # the output was still open
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+async def test_a_dead_tracer_is_closed_when_the_hub_replaces_it(tmp_path: Path) -> None:
+    require_root()
+    fake = tmp_path / "tracer"
+    fake.write_text('#!/bin/sh\necho \'{"type": "printf", "data": "ready\\n"}\'\nexec sleep 600\n')
+    fake.chmod(0o755)
+    settings = CaptureSettings(tracer_path=str(fake))
+    hub = TracerHub()
+    try:
+        first = await hub.acquire(settings)
+        assert first._proc is not None
+        first._proc.kill()  # the tracer dies under the gateway
+        await asyncio.to_thread(first._proc.wait)
+        threads = list(first._threads)
+        await asyncio.to_thread(lambda: [t.join(10) for t in threads])
+        assert not first.running and "exited" in first.problem
+        second = await hub.acquire(settings)
+        assert second is not first and second.running
+        # The dead one's threads, pipes and descriptors went with it.
+        assert first.problem == "stopped" and first._stop_w == -1 and first._proc is None
+    finally:
+        await hub.close()
