@@ -39,12 +39,7 @@ def jsonable(value: Any, _depth: int = 0) -> Any:
     if kind is int or kind is bool or value is None:
         return value
     if kind is dict:
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise TypeError(f"audit field keys must be strings, got {type(key).__name__}")
-            out[_clean_str(key)] = jsonable(item, _depth + 1)
-        return out
+        return _object(value, _depth)
     if kind is list:
         return [jsonable(item, _depth + 1) for item in value]
     if isinstance(value, Enum):
@@ -60,12 +55,7 @@ def jsonable(value: Any, _depth: int = 0) -> Any:
             raise ValueError(f"audit field value {value!r} is not valid JSON")
         return float(value)
     if isinstance(value, Mapping):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise TypeError(f"audit field keys must be strings, got {type(key).__name__}")
-            out[_clean_str(key)] = jsonable(item, _depth + 1)
-        return out
+        return _object(value, _depth)
     if isinstance(value, list | tuple):
         return [jsonable(item, _depth + 1) for item in value]
     if isinstance(value, set | frozenset):
@@ -89,6 +79,15 @@ def jsonable(value: Any, _depth: int = 0) -> Any:
     if callable(dump):  # pydantic model, without importing pydantic here
         return jsonable(dump(mode="json"), _depth + 1)
     raise TypeError(f"audit field of type {type(value).__name__} is not JSON-serialisable")
+
+
+def _object(value: Mapping[Any, Any], depth: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise TypeError(f"audit field keys must be strings, got {type(key).__name__}")
+        out[_clean_str(key)] = jsonable(item, depth + 1)
+    return out
 
 
 def _clean_str(value: str) -> str:

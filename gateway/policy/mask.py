@@ -11,6 +11,7 @@ Blocking (rego-cpp calls): run it on a worker thread.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,45 +87,44 @@ def masked_copy(doc: dict[str, Any], pointers: list[str]) -> dict[str, Any]:
     a deep copy of each input cost more than the rest of keeping it)."""
     masked = dict(doc)
     own = {id(masked)}  # containers of the copy's own, safe to change
+
+    def copied(node: Any, key: str | int) -> Any:
+        child = node[key]
+        if isinstance(child, dict | list) and id(child) not in own:
+            child = dict(child) if isinstance(child, dict) else list(child)
+            own.add(id(child))
+            node[key] = child
+        return child
+
     for pointer in pointers:
-        if not pointer.startswith("/"):
-            continue
-        tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
-        node: Any = masked
-        for token in tokens[:-1]:
-            if isinstance(node, dict) and token in node:
-                key: str | int = token
-            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-                key = int(token)
-            else:
-                node = None
-                break
-            child = node[key]  # type: ignore[index]
-            if isinstance(child, dict | list) and id(child) not in own:
-                child = dict(child) if isinstance(child, dict) else list(child)
-                own.add(id(child))
-                node[key] = child  # type: ignore[index]
-            node = child
-        if node is not None:
-            erase(node, "/" + pointer.rsplit("/", 1)[1])
+        _erase(masked, pointer, copied)
     return masked
 
 
 def erase(doc: Any, pointer: str) -> None:
     """Remove what an RFC 6901 pointer names; a pointer to nothing is a no-op."""
+    _erase(doc, pointer, lambda node, key: node[key])
+
+
+def _erase(doc: Any, pointer: str, descend: Callable[[Any, str | int], Any]) -> None:
     if not pointer.startswith("/"):
         return
     tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
     node = doc
     for token in tokens[:-1]:
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
+        key = _key(node, token)
+        if key is None:
             return
-    last = tokens[-1]
+        node = descend(node, key)
+    last = _key(node, tokens[-1])
+    if last is not None:
+        del node[last]
+
+
+def _key(node: Any, token: str) -> str | int | None:
+    """The member or element `token` names in `node`, if it has one."""
     if isinstance(node, dict):
-        node.pop(last, None)
-    elif isinstance(node, list) and last.isdigit() and int(last) < len(node):
-        del node[int(last)]
+        return token if token in node else None
+    if isinstance(node, list) and token.isdigit() and int(token) < len(node):
+        return int(token)
+    return None
