@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import wasmtime
 
 from gateway.policy.base import (
@@ -60,6 +61,9 @@ _TICKS_PER_DEADLINE = 10
 _PROBE_DEADLINES = 10
 # Free memory kept above an input before evaluation, so small decisions never grow it.
 _HEAP_SLACK = 1 << 20
+# The input's encoder, built once (json.dumps builds one per call when given options):
+# strict (no NaN/Infinity, which OPA's server refuses too) and compact.
+_INPUT_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 class _Abort(Exception):
@@ -75,9 +79,10 @@ class _I32Call:
 
     wasmtime-py's `Func.__call__` looks the function's type up through the C API
     and converts every argument on each call: ~110 us of a decision here against
-    ~30 us for the call itself. This path (the same C call wasmtime-py makes, with
-    its trap and host-exception handling) is used when the installed wasmtime
-    exposes it; otherwise the public call.
+    ~30 us for the call itself. This path makes the same C call wasmtime-py makes,
+    with its trap and host-exception handling written out (its `enter_wasm` is a
+    generator context manager: a few microseconds a call), when the installed
+    wasmtime exposes it; otherwise the public call.
     """
 
     def __init__(self, store: wasmtime.Store, func: wasmtime.Func, arity: int) -> None:
@@ -86,14 +91,16 @@ class _I32Call:
         self._arity = arity
         try:
             from wasmtime import _ffi
-            from wasmtime._func import enter_wasm
+            from wasmtime._func import maybe_raise_last_exn
 
             self._params = (_ffi.wasmtime_val_t * arity)()
             self._results = (_ffi.wasmtime_val_t * 1)()
             for param in self._params:
                 param.kind = _ffi.WASMTIME_I32.value
             self._call_raw = _ffi.wasmtime_func_call
-            self._enter = enter_wasm
+            self._trap_type = ctypes.POINTER(_ffi.wasm_trap_t)
+            self._raise_host_exception = maybe_raise_last_exn
+            self._func_ref = ctypes.byref(func._func)
             self._fast = True
         except (ImportError, AttributeError):  # another wasmtime-py layout
             self._fast = False
@@ -103,18 +110,24 @@ class _I32Call:
             return self._func(self._store, *args)
         for param, value in zip(self._params, args, strict=True):
             param.of.i32 = value
-        with self._enter(self._store) as trap:
-            error = self._call_raw(
-                self._store._context(),
-                ctypes.byref(self._func._func),
-                self._params,
-                self._arity,
-                self._results,
-                1,
-                trap,
-            )
-            if error:
-                raise wasmtime.WasmtimeError._from_ptr(error)
+        trap = self._trap_type()
+        error = self._call_raw(
+            self._store._context(),
+            self._func_ref,
+            self._params,
+            self._arity,
+            self._results,
+            1,
+            ctypes.byref(trap),
+        )
+        if error:
+            # A host function's exception (opa_abort's _Abort) first, as wasmtime-py does.
+            self._raise_host_exception()
+            raise wasmtime.WasmtimeError._from_ptr(error)
+        if trap:
+            trap_obj = wasmtime.Trap._from_ptr(trap)
+            self._raise_host_exception()
+            raise trap_obj
         return self._results[0].of.i32
 
 
@@ -181,13 +194,20 @@ class WasmPolicy:
         self._data_addr = self._parse_json(self._data_json)
         self._base = self._heap_get(store)
         self._reserve(self._base + _HEAP_SLACK)
-        self._initial_pages = self._memory.size(store)
+        self._initial_bytes = self._size
 
     # --- host side of the ABI ---------------------------------------------------
 
     def _address(self, addr: int) -> int:
-        # Looked up each time: memory.grow may move the linear memory.
+        # Looked up each time: called from host functions, inside an evaluation that
+        # may have grown (and so moved) the linear memory.
         return ctypes.addressof(self._memory.data_ptr(self._store).contents) + addr
+
+    def _track_memory(self) -> None:
+        """Where the linear memory is now and how big: `evaluate` uses both between
+        calls into the module, which is the only time they cannot change."""
+        self._memory_at = ctypes.addressof(self._memory.data_ptr(self._store).contents)
+        self._size = self._memory.data_len(self._store)
 
     def _cstring(self, addr: int) -> bytes:
         return ctypes.string_at(self._address(addr))
@@ -198,6 +218,7 @@ class WasmPolicy:
             pages = -(-(end - size) // 65536)
             if not self._memory.grow(self._store, pages):
                 raise PolicyEngineError("unavailable", "policy input does not fit in memory")
+        self._track_memory()
 
     def _dump_json(self, value_addr: int) -> str:
         return self._cstring(self._json_dump(self._store, value_addr)).decode()
@@ -230,7 +251,7 @@ class WasmPolicy:
         """The decision value (or another entrypoint's); PolicyEngineError on every
         failure (instance rebuilt)."""
         try:
-            text = json.dumps(input, ensure_ascii=False, allow_nan=False)
+            text = _INPUT_ENCODER.encode(input)
         except (TypeError, ValueError) as exc:
             raise PolicyEngineError("invalid", f"policy input is not JSON: {exc}") from None
         try:
@@ -246,15 +267,18 @@ class WasmPolicy:
             # nothing an evaluation allocates outlives it.
             addr = self._base
             heap = (addr + len(raw) + 7) & ~7
-            self._reserve(heap + _HEAP_SLACK)
-            ctypes.memmove(self._address(addr), raw, len(raw))
+            if heap + _HEAP_SLACK > self._size:
+                self._reserve(heap + _HEAP_SLACK)
+            ctypes.memmove(self._memory_at + addr, raw, len(raw))
+            # Counted from now; nothing but an evaluation calls into the module, and
+            # each sets its own, so none is left over to reset.
             store.set_epoch_deadline(deadline_ticks)
-            try:
-                point = self._entrypoint if entrypoint is None else entrypoint
-                out = self._eval(0, point, self._data_addr, addr, len(raw), heap, 0)
-            finally:
-                store.set_epoch_deadline(2**62)
-            answer = self._cstring(out)
+            point = self._entrypoint if entrypoint is None else entrypoint
+            out = self._eval(0, point, self._data_addr, addr, len(raw), heap, 0)
+            size = self._memory.data_len(store)
+            if size != self._size:  # the module grew its memory: it may have moved
+                self._track_memory()
+            answer = ctypes.string_at(self._memory_at + out)
         except _Abort as exc:
             self._recover()
             message = str(exc)
@@ -273,9 +297,13 @@ class WasmPolicy:
         except wasmtime.WasmtimeError as exc:
             self._recover()
             raise PolicyEngineError("unavailable", f"policy evaluation failed: {exc}") from None
-        if self._memory.size(store) > self._initial_pages * 4:
+        if size > self._initial_bytes * 4:
             self._recover()  # a big input grew memory: give it back
-        results = json.loads(answer)
+        try:
+            # orjson, as the OPA server's answers are read (gateway.json_codec).
+            results = orjson.loads(answer)
+        except orjson.JSONDecodeError as exc:
+            raise PolicyEngineError("invalid", f"policy answer is not JSON: {exc}") from None
         if not results:
             name = "decision" if entrypoint is None else "review"
             raise PolicyEngineError("invalid", f"data.execgate.{name} is undefined")

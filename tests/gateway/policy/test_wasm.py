@@ -148,6 +148,39 @@ async def test_memory_explosion_fails_closed_and_memory_comes_back(
         await engine.close()
 
 
+async def test_an_evaluation_that_grows_memory_is_answered_from_where_it_moved(
+    tmp_path: Path, opa_bin: str
+) -> None:
+    # The module's own allocations grow (and may move) its linear memory in the
+    # middle of an evaluation; the answer is read after it, from where it is now.
+    source = (
+        "package execgate\nimport rego.v1\n"
+        'decision := {"n": count(concat("", [s | some i in '
+        'numbers.range(1, object.get(input, "n", 1)); s := sprintf("%v", [i])])), '
+        '"tag": object.get(input, "tag", "")}\n'
+    )
+    engine = await started(write_policy(tmp_path, source), opa_bin)
+    try:
+        policy = engine._policy
+        assert policy is not None
+        before = policy._memory.data_len(policy._store)
+        # Grown and kept (under 4x its start-up size), then grown past it and rebuilt.
+        assert (await engine.decide({"n": 1_000, "tag": "kept"})).value == {
+            "n": 2_893,
+            "tag": "kept",
+        }
+        assert policy._memory.data_len(policy._store) > before
+        assert (await engine.decide({"n": 30_000, "tag": "big"})).value == {
+            "n": 138_894,
+            "tag": "big",
+        }
+        for n in (3, 1_000, 5, 30_000, 2):
+            tag = f"after-{n}"
+            assert (await engine.decide({"n": n, "tag": tag})).value["tag"] == tag
+    finally:
+        await engine.close()
+
+
 async def test_memory_stays_bounded_over_many_decisions(shipped: WasmEngine) -> None:
     policy = shipped._policy
     assert policy is not None
@@ -161,7 +194,7 @@ async def test_memory_stays_bounded_over_many_decisions(shipped: WasmEngine) -> 
     assert after is not None
     # The heap is reset per decision: memory never grows past its start-up size
     # plus one big input (a bigger one gets a fresh instance afterwards).
-    assert after._memory.size(after._store) <= after._initial_pages * 4
+    assert after._memory.data_len(after._store) <= after._initial_bytes * 4
 
 
 async def test_decisions_run_concurrently_and_each_is_right(shipped: WasmEngine) -> None:
