@@ -260,8 +260,9 @@ class DockerBackend(SandboxBackend):
         except BackendError:
             self.pool.replenish()  # in place of the dead and the failed
             raise
-        self.pool.replenish()  # its replacement starts while it runs
-        return await self._run_in(container, spec, failed)
+        self.pool.replenish()  # its replacement: started once it can (the pool's give-way)
+        with self.pool.executing():
+            return await self._run_in(container, spec, failed)
 
     async def _run_in(
         self, container: Container, spec: ExecSpec, failed: tuple[SandboxEvent, ...]

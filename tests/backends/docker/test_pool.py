@@ -263,6 +263,69 @@ async def test_removals_give_way_to_a_start_under_way_but_release_at_once() -> N
     assert engine.removed == [used] and len(pool.ready) == 1
 
 
+async def ready_pool(**kw: Any) -> tuple[Engine, Background, Pool]:
+    engine, bg = Engine(), Background()
+    pool = pool_of(engine, bg, size=2, max_size=2, **kw)
+    pool.replenish()
+    await settled(bg)
+    assert len(pool.ready) == 2
+    return engine, bg, pool
+
+
+async def polls() -> None:
+    """Long enough for a waiting start to look several times (it never starts on
+    time: the tests give it 30 s to wait)."""
+    await asyncio.sleep(0.05)
+
+
+async def test_a_start_ahead_gives_way_to_an_execution_while_its_shape_has_one_waiting() -> None:
+    engine, bg, pool = await ready_pool(give_way_max_s=30)
+    with pool.executing():
+        assert pool.take(SHAPE) is not None  # one runs; the other still waits
+        pool.replenish()
+        await polls()
+        assert len(engine.made) == 2 and pool.filling == 1 and engine.starting == 0
+    await settled(bg)  # the execution ended: its replacement starts
+    assert len(engine.made) == 3 and len(pool.ready) == 2 and pool.gave_way == 1
+
+
+async def test_a_shape_with_nothing_waiting_starts_at_once_even_while_executions_run() -> None:
+    engine, bg, pool = await ready_pool(give_way_max_s=30)
+    with pool.executing():
+        assert pool.take(SHAPE) is not None
+        pool.replenish()
+        await polls()
+        engine.gate.clear()  # starts now stay under way until the test lets them end
+        assert pool.take(SHAPE) is not None  # none left: the waiting start goes now
+        pool.replenish()  # and the second one's replacement does not wait either
+        await polls()
+        assert engine.starting == 2
+        engine.gate.set()
+    await settled(bg)
+    assert len(engine.made) == 4 and len(pool.ready) == 2
+
+
+async def test_a_start_gives_way_no_longer_than_its_bound() -> None:
+    engine, bg, pool = await ready_pool(give_way_max_s=0)
+    with pool.executing():
+        assert pool.take(SHAPE) is not None
+        pool.replenish()
+        await settled(bg)  # under steady load there is no quiet: it did not wait for one
+        assert len(engine.made) == 3 and pool.gave_way == 0
+
+
+async def test_removals_give_way_to_executions_and_are_all_done_once_they_end() -> None:
+    engine, bg, pool = await ready_pool(give_way_max_s=30)
+    with pool.executing():
+        used = pool.take(SHAPE)
+        assert used is not None
+        pool.disposer.put(used)
+        await polls()
+        assert engine.removed == [] and engine.removals.most == 0
+    await settled(bg)
+    assert engine.removed == [used]
+
+
 async def test_a_request_waits_for_a_start_under_way_no_longer_than_its_deadline() -> None:
     engine, bg, pool = await starts_held()
     assert await pool.claim(SHAPE, 0.05) is None  # the caller starts its own, in time
