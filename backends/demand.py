@@ -24,29 +24,47 @@ MAX_ENTRIES = 1024
 
 
 class Demand:
+    """The requests of the last `window_s` seconds (at most MAX_ENTRIES), counted
+    as they come and go: the pool asks for its shares after every execution."""
+
     def __init__(
         self, window_s: float = WINDOW_S, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.window_s = window_s
         self.clock = clock
-        self._seen: collections.deque[tuple[float, str]] = collections.deque(maxlen=MAX_ENTRIES)
+        self._seen: collections.deque[tuple[float, str]] = collections.deque()
+        self._counts: collections.Counter[str] = collections.Counter()
+        # Each language's latest request, as a running number: the tie-break.
+        self._last: dict[str, int] = {}
+        self._number = 0
 
     def record(self, language: str) -> None:
+        if len(self._seen) >= MAX_ENTRIES:
+            self._forget()
         self._seen.append((self.clock(), language))
+        self._counts[language] += 1
+        self._number += 1
+        self._last[language] = self._number
 
     def recent(self) -> collections.Counter[str]:
         horizon = self.clock() - self.window_s
         while self._seen and self._seen[0][0] < horizon:
-            self._seen.popleft()
-        return collections.Counter(language for _, language in self._seen)
+            self._forget()
+        return collections.Counter(self._counts)
 
     def shares(self, size: int, default: str) -> dict[str, int]:
         """How many sandboxes of each language to hold (summing to `size`)."""
         counts = self.recent()
         if size > 0 and not counts:
             return {default: size}
-        last = {language: i for i, (_, language) in enumerate(self._seen)}
-        return split(size, counts, last)
+        return split(size, counts, self._last)
+
+    def _forget(self) -> None:
+        _, language = self._seen.popleft()
+        self._counts[language] -= 1
+        if not self._counts[language]:
+            del self._counts[language]
+            del self._last[language]
 
 
 def split(size: int, counts: Mapping[K, int], last: Mapping[K, int]) -> dict[K, int]:

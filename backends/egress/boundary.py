@@ -25,7 +25,6 @@ from backends.egress.netns import (
     discard,
     enable_ipv6,
     enter,
-    ipv6_disabled,
     open_tun,
     run_in_thread,
 )
@@ -101,10 +100,10 @@ def _furnish(netns_path: str | None) -> BoundaryFds:
     made: list[socket.socket] = []
     tun = -1
     try:
-        enable_ipv6()
+        ipv6 = enable_ipv6()
         tun = open_tun(TUN_NAME)
         with RouteSocket() as rtnl:  # made here: this namespace's
-            configure_tun(rtnl, ipv6=not ipv6_disabled())
+            configure_tun(rtnl, ipv6=ipv6)
         proxy, resolver = listeners(made, (PROXY_HOST, PROXY_PORT), (RESOLVER_HOST, 53))
         return BoundaryFds(tun=tun, proxy=proxy, resolver=resolver, netns=netns)
     except BaseException:

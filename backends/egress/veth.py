@@ -24,7 +24,7 @@ from backends.egress.boundary import (
     furnish_in_thread,
     listeners,
 )
-from backends.egress.netns import discard, enter, open_tun
+from backends.egress.netns import IPV6_ON, discard, enter, open_tun, set_sysctls
 from backends.egress.rtnl import RouteSocket
 
 LINK = "execgate1"  # the holder's end (what the program sees)
@@ -52,10 +52,10 @@ def _furnish(holder_pid: int) -> BoundaryFds:
     made: list[socket.socket] = []
     tun = -1
     try:
-        ipv6 = _sysctls({"ipv6/conf/all/disable_ipv6": "0", "ipv6/conf/default/disable_ipv6": "0"})
-        _sysctls({"ipv4/ip_forward": "1", "ipv4/conf/all/rp_filter": "0"})
+        ipv6 = set_sysctls(IPV6_ON)
+        set_sysctls({"ipv4/ip_forward": "1", "ipv4/conf/all/rp_filter": "0"})
         if ipv6:
-            _sysctls({"ipv6/conf/all/forwarding": "1"})
+            set_sysctls({"ipv6/conf/all/forwarding": "1"})
         tun = open_tun(TUN_NAME)
         with RouteSocket() as sinkhole:  # stays the sinkhole's after the thread leaves
             configure_tun(sinkhole, ipv6)
@@ -69,7 +69,7 @@ def _furnish(holder_pid: int) -> BoundaryFds:
             # Now the holder's side, from the same thread (sockets stay where they were made).
             enter(holder)
             if ipv6:
-                _sysctls({f"ipv6/conf/{k}/disable_ipv6": "0" for k in ("all", "default", LINK)})
+                set_sysctls({**IPV6_ON, f"ipv6/conf/{LINK}/disable_ipv6": "0"})
             with RouteSocket() as rtnl:  # made after entering: the holder's
                 rtnl.link_up("lo")
                 rtnl.link_up(LINK)
@@ -85,14 +85,3 @@ def _furnish(holder_pid: int) -> BoundaryFds:
     except BaseException:
         discard(made, tun, netns)
         raise
-
-
-def _sysctls(values: dict[str, str]) -> bool:
-    """Write /proc/sys/net keys (the calling thread's namespace); False if one is missing."""
-    for key, value in values.items():
-        try:
-            with open(f"/proc/sys/net/{key}", "w") as f:
-                f.write(value)
-        except FileNotFoundError:
-            return False
-    return True

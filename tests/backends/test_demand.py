@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from backends.demand import Demand
+import collections
+import random
+
+from backends.demand import MAX_ENTRIES, Demand, split
 
 
 class Clock:
@@ -54,3 +57,46 @@ def test_requests_older_than_the_window_are_forgotten() -> None:
     assert demand.shares(2, "python") == {"python": 2}
     clock.now += 60
     assert demand.shares(2, "javascript") == {"javascript": 2}
+
+
+class Recount:
+    """The shares recounted from scratch over the window each time (what Demand
+    keeps counted as requests come and go)."""
+
+    def __init__(self, window_s: float, clock: Clock) -> None:
+        self.window_s, self.clock = window_s, clock
+        self.seen: collections.deque[tuple[float, str]] = collections.deque(maxlen=MAX_ENTRIES)
+
+    def record(self, language: str) -> None:
+        self.seen.append((self.clock(), language))
+
+    def shares(self, size: int, default: str) -> dict[str, int]:
+        horizon = self.clock() - self.window_s
+        while self.seen and self.seen[0][0] < horizon:
+            self.seen.popleft()
+        counts = collections.Counter(language for _, language in self.seen)
+        if size > 0 and not counts:
+            return {default: size}
+        last = {language: i for i, (_, language) in enumerate(self.seen)}
+        return split(size, counts, last)
+
+
+def test_the_running_count_matches_a_recount() -> None:
+    """Bursts past MAX_ENTRIES, quiet gaps past the window, ties: same shares."""
+    rng = random.Random(18)
+    clock = Clock()
+    demand, recount = Demand(window_s=60, clock=clock), Recount(60, clock)
+    languages = ["python", "bash", "javascript"]
+    for step in range(8_000):
+        roll = rng.random()
+        if roll < 0.002:
+            clock.now += rng.choice([59.0, 60.0, 61.0, 200.0])
+        elif roll < 0.3:
+            clock.now += rng.random() * 0.5
+        language = rng.choice(languages[: 1 + step // 2000 % 3])
+        demand.record(language)
+        recount.record(language)
+        size = rng.randrange(0, 7)
+        default = rng.choice(languages)
+        assert demand.shares(size, default) == recount.shares(size, default), step
+        assert demand.recent() == collections.Counter(language for _, language in recount.seen)

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from backends import backend_class
+from backends.capture.host import TracerHub
 from backends.docker.backend import DockerBackend
 from gateway.bench.run import Gateway, bench_settings
 from tests.backends.conftest import assert_docker_host_clean, start_docker_backend
@@ -100,8 +101,8 @@ def finished_records(audit_path: Path) -> dict[str, dict[str, Any]]:
     return found
 
 
-async def soak(tmp_path: Path, name: str, runs: int, concurrency: int) -> None:
-    await (await start_docker_backend(probe_backend(name))).close()  # or skip
+async def soak(tmp_path: Path, name: str, runs: int, concurrency: int, tracers: TracerHub) -> None:
+    await (await start_docker_backend(probe_backend(name, tracers))).close()  # or skip
     runs = max(1, int(runs * SCALE))
     # The sandboxes are under test, not the policy's latency: at concurrency 8 on a
     # small, shared host a decision can miss its 200 ms deadline (503 policy_unavailable).
@@ -109,10 +110,17 @@ async def soak(tmp_path: Path, name: str, runs: int, concurrency: int) -> None:
     settings = bench_settings(tmp_path, name, **env)
     orphans_before = await asyncio.to_thread(lambda: orphan_cgroups(engine_ids()))
     netns_idle = netns_descriptors()
-    async with Gateway(settings) as gw:
+    # The run's host tracer (docker on runc records through it): attached once for
+    # the whole suite, not ~14 s per soak.
+    async with Gateway(settings, tracers=tracers) as gw:
         backend: DockerBackend = gw.services.backends[name]
         await backend.wait_settled()
-        netns_before = netns_descriptors()
+        # What each waiting sandbox holds (a gVisor one its sinkhole's namespace; a
+        # runc one none): the pool is sized from demand, so it may end larger.
+        waiting = len(backend.ready_sandboxes)
+        assert waiting > 0
+        per_sandbox, odd = divmod(netns_descriptors() - netns_idle, waiting)
+        assert odd == 0, (netns_descriptors(), netns_idle, waiting)
         answers: list[tuple[int, dict[str, Any]]] = []
         slots = asyncio.Semaphore(concurrency)
 
@@ -137,7 +145,7 @@ async def soak(tmp_path: Path, name: str, runs: int, concurrency: int) -> None:
         assert all(body["status"] == "ok" and body["stdout"] == "1\n" for _, body in answers)
         await backend.wait_settled()
         await assert_docker_host_clean(backend)  # this instance's containers: the pool's
-        assert netns_descriptors() == netns_before
+        assert netns_descriptors() == netns_idle + per_sandbox * len(backend.ready_sandboxes)
     records = finished_records(Path(settings.audit.path))
     assert {body["execution_id"] for _, body in answers} <= set(records)
     assert all(records[body["execution_id"]]["status"] == "ok" for _, body in answers)
@@ -148,20 +156,22 @@ async def soak(tmp_path: Path, name: str, runs: int, concurrency: int) -> None:
     assert orphans - orphans_before == set()
 
 
-def probe_backend(name: str) -> DockerBackend:
+def probe_backend(name: str, tracers: TracerHub) -> DockerBackend:
     """The backend the gateway will start, with the same overrides (to skip, or fail
-    in CI, with the reason when it cannot start)."""
+    in CI, with the reason when it cannot start), on the run's host tracer."""
     prefix = "EXECGATE_BACKENDS_" + name.upper().replace("-", "_") + "_"
     overrides = {k.removeprefix(prefix).lower(): v for k, v in backend_env(name).items()}
     cls = backend_class(name)
-    return cls(cls.Settings(**overrides))  # type: ignore[call-arg, return-value]
+    return cls(cls.Settings(**overrides), tracers=tracers)  # type: ignore[call-arg, return-value]
 
 
 @pytest.mark.parametrize(("name", "runs"), [("docker", 1000), ("docker-gvisor", 300)])
-async def test_many_in_a_row(tmp_path: Path, name: str, runs: int) -> None:
-    await soak(tmp_path, name, runs=runs, concurrency=1)
+async def test_many_in_a_row(tmp_path: Path, name: str, runs: int, tracer_hub: TracerHub) -> None:
+    await soak(tmp_path, name, runs=runs, concurrency=1, tracers=tracer_hub)
 
 
 @pytest.mark.parametrize("name", ["docker", "docker-gvisor"])
-async def test_five_hundred_at_concurrency_eight(tmp_path: Path, name: str) -> None:
-    await soak(tmp_path, name, runs=500, concurrency=8)
+async def test_five_hundred_at_concurrency_eight(
+    tmp_path: Path, name: str, tracer_hub: TracerHub
+) -> None:
+    await soak(tmp_path, name, runs=500, concurrency=8, tracers=tracer_hub)
