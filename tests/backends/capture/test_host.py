@@ -9,7 +9,9 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from backends.base import BackendError
 from backends.capture.host import Capture, Demux, HostCapture, HostTracer, TracerHub
 from backends.capture.record import BehaviourRecorder
 from backends.capture.settings import CaptureSettings
+from backends.egress.netns import enter, run_in_thread
 from tests.backends.conftest import require_root
 
 NS, OTHER = 4026532001, 4026532002
@@ -299,3 +302,71 @@ async def test_a_dead_tracer_is_closed_when_the_hub_replaces_it(tmp_path: Path) 
         assert first.problem == "stopped" and first._stop_w == -1 and first._proc is None
     finally:
         await hub.close()
+
+
+def _sandbox_in_its_own_pid_namespace() -> tuple[subprocess.Popen[bytes], int]:
+    """`unshare --pid --fork sleep`: (the unshare process, the pid of its child,
+    init of a new pid namespace)."""
+    proc = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "sleep", "60"], stderr=subprocess.DEVNULL
+    )
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    deadline = time.monotonic() + 10
+    while not (found := children.read_text().split()):
+        assert time.monotonic() < deadline, "unshare's child did not appear"
+        time.sleep(0.01)
+    return proc, int(found[0])
+
+
+def _new_namespace_numbers(count: int) -> list[int]:
+    """The numbers of `count` new (network) namespaces, all alive at once: every
+    kind of namespace draws its number from one allocator; closed before returning."""
+
+    def make() -> list[int]:
+        fds = []
+        try:
+            for _ in range(count):
+                fd = enter(None)
+                assert fd is not None
+                fds.append(fd)
+            return [os.fstat(fd).st_ino for fd in fds]
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    return run_in_thread(make)
+
+
+@pytest.mark.parametrize("end", ["finish", "discard"])
+async def test_a_registered_namespace_keeps_its_number_until_its_end(end: str) -> None:
+    """The kernel hands a freed namespace's number to the next one made; while an
+    execution's record is open (its sandbox already dead), no new sandbox may get
+    it, or the tracer's lines (and its barrier) would go to the wrong record."""
+    require_root()
+    tracer = HostTracer(CaptureSettings())
+    proc, init = _sandbox_in_its_own_pid_namespace()
+    try:
+        capture = tracer.register(init, BehaviourRecorder(tracer="bpftrace"))
+        held = capture.held
+    finally:
+        os.kill(init, signal.SIGKILL)  # its init gone, the namespace goes (unshare reaps it)
+        proc.wait(timeout=10)
+    assert capture.held >= 0
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{init}").exists():  # the sandbox is gone: its namespace freed
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    # A freed number comes back after an RCU grace period (~20 ms here): ask for new
+    # namespaces for a while, as a pool refilling would.
+    for _ in range(40):
+        assert capture.ns not in _new_namespace_numbers(4)
+        time.sleep(0.025)
+    if end == "finish":
+        await tracer.finish(capture)
+    else:
+        tracer.discard(capture)
+    assert capture.held == -1 and tracer.demux.captures == {}
+    assert (
+        not os.path.exists(f"/proc/self/fd/{held}")
+        or os.readlink(f"/proc/self/fd/{held}") != f"pid:[{capture.ns}]"
+    )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import BackendError, ExecSpec, Limits, Status
+from backends.base import BackendError, ExecResult, ExecSpec, Limits, Status
 from backends.capture.settings import CaptureSettings
 from backends.cgroups import CgroupLimits
 from backends.nsjail.backend import NsjailBackend
@@ -29,6 +29,7 @@ from tests.backends.conformance import (
     fork_bomb_peak,
     lines,
     run,
+    run_captured,
 )
 from tests.backends.conftest import (
     assert_nsjail_host_clean,
@@ -436,3 +437,31 @@ async def test_required_capture_unavailable_fails_closed(nsjail_settings: Nsjail
     assert not backend.capture_status()[0]
     health = await backend.health()
     assert not health.ok and "capture is required" in health.detail
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_records_stay_their_own_while_namespaces_come_and_go(
+    captured_nsjail_backend: NsjailBackend,
+) -> None:
+    """At concurrency 16 the pool makes namespaces while others' records close, and
+    the kernel reuses a freed namespace's number: each record still ends when its
+    execution does (none waits out the barrier, none incomplete) and holds its own
+    attempt only."""
+    backend = captured_nsjail_backend
+    runs = 160
+    probes = [f"/tmp/execgate-probe-{i}-{secrets.token_hex(4)}" for i in range(runs)]
+    slots = asyncio.Semaphore(16)
+
+    async def one(path: str) -> tuple[str, ExecResult]:
+        async with slots:
+            code = f"try:\n    open({path!r})\nexcept OSError:\n    pass\n"
+            return path, await run_captured(backend, "python", code)
+
+    results = await asyncio.gather(*(one(path) for path in probes))
+    for path, result in results:
+        assert result.status == Status.OK, result.stderr
+        behaviour = result.behaviour
+        assert behaviour is not None and behaviour.capture == "on"
+        assert not behaviour.reason.startswith("incomplete"), behaviour.reason
+        seen = {f.path for f in behaviour.files if f.path.startswith("/tmp/execgate-probe-")}
+        assert seen == {path}, (path, seen)
