@@ -134,8 +134,12 @@ class Demux:
     def event(self, capture: Capture, line: Line) -> None:
         kind, pid, values = line.kind, line.pid, line.fields
         if kind == "b":
+            if pid not in capture.waiting:  # the CPU, for a barrier
+                # Not this record's: a late line of the number's earlier holder (its
+                # end timed out), or a repeat. Its count was that holder's too.
+                return
             capture.recorder.dropped += values[0]
-            capture.waiting.discard(pid)  # the CPU, for a barrier
+            capture.waiting.discard(pid)
             if not capture.waiting:
                 capture.complete()
             return

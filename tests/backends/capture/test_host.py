@@ -127,6 +127,22 @@ def test_the_barrier_completes_once_every_cpu_reported() -> None:
     assert mine.recorder.finish().dropped == 5
 
 
+def test_a_barrier_line_the_record_does_not_wait_for_is_ignored() -> None:
+    # A late line for the same number (its earlier holder's end timed out) must not
+    # end a record that has not asked for its end, nor count the other's drops.
+    mine = capture()
+    demux = demux_with(mine)
+    demux.feed(printed(f"b {NS} 0 500 7"))
+    assert not mine.done.is_set()
+    mine.waiting = {0, 1}
+    demux.feed(printed(f"b {NS} 0 600 0"))
+    demux.feed(printed(f"b {NS} 0 601 9"))  # a repeat of CPU 0: not the end
+    assert not mine.done.is_set()
+    demux.feed(printed(f"b {NS} 1 602 0"))
+    assert mine.done.is_set()
+    assert mine.recorder.finish().dropped == 0
+
+
 def test_truncated_and_unreadable_paths_say_so() -> None:
     mine = capture()
     demux = demux_with(mine)
