@@ -48,8 +48,11 @@ class VerificationKey:
 def load_or_create_dev_secret(path: str | os.PathLike[str]) -> bytes:
     """The HS256 secret in `path`, generated (0600, in a 0700 directory) if missing.
 
-    The secret is the file's content without its trailing newline, so an
-    operator-supplied file works the same way. Blocking: call it in a thread.
+    The secret is the file's content without one final line ending ("\n" or "\r\n"),
+    so a file written by `echo`, `openssl rand -base64` or an editor works, and every
+    other byte is kept (whitespace inside or before the line ending is key material;
+    a secret is a line of text, as `openssl rand -base64 48` writes). Blocking: call it
+    in a thread.
     """
     path = Path(path)
     try:
@@ -68,13 +71,22 @@ def load_or_create_dev_secret(path: str | os.PathLike[str]) -> bytes:
 
 
 def _read_secret(path: Path) -> bytes:
-    secret = path.read_bytes().rstrip(b"\r\n")
+    secret = strip_line_ending(path.read_bytes())
     if len(secret) < MIN_SECRET_BYTES:
         raise KeyConfigError(f"{path}: HS256 secret is shorter than {MIN_SECRET_BYTES} bytes")
     mode = path.stat().st_mode & 0o077
     if mode:
         log.warning("HS256 secret %s is readable by group or others (mode %o)", path, mode)
     return secret
+
+
+def strip_line_ending(content: bytes) -> bytes:
+    """`content` without one final "\n" or "\r\n": only the line ending, never key bytes."""
+    if content.endswith(b"\r\n"):
+        return content[:-2]
+    if content.endswith(b"\n"):
+        return content[:-1]
+    return content
 
 
 def hs256_key(secret: bytes, source: str) -> VerificationKey:

@@ -77,8 +77,9 @@ def container(image: str, tmp_path: Path) -> Iterator[tuple[str, str, Path, byte
     name = f"execgate-image-test-{secrets.token_hex(4)}"
     audit_dir = tmp_path / "audit"
     audit_dir.mkdir()
-    secret = secrets.token_bytes(32)
-    (tmp_path / "hs256.key").write_bytes(secret)
+    # A line of text, as an operator writes one (`openssl rand -base64 48 > hs256`).
+    secret = secrets.token_urlsafe(48).encode("ascii")
+    (tmp_path / "hs256.key").write_bytes(secret + b"\n")
     subprocess.run(
         ["docker", "run", "-d", "--name", name, "--network=host", "--read-only",
          "--tmpfs", "/var/lib/execgate", "--cap-drop=ALL", "--security-opt=no-new-privileges",

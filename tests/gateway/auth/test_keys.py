@@ -73,6 +73,37 @@ def test_short_operator_secret_refused(tmp_path: Path) -> None:
     assert path.read_bytes() == b"too-short\n"  # refused, not replaced
 
 
+@pytest.mark.parametrize(
+    ("content", "secret"),
+    [
+        (b"k" * 40, b"k" * 40),
+        (b"k" * 40 + b"\n", b"k" * 40),
+        (b"k" * 40 + b"\r\n", b"k" * 40),
+        # Only the one line ending goes: the bytes before it are the operator's.
+        (b"k" * 40 + b"\r", b"k" * 40 + b"\r"),
+        (b"k" * 40 + b"\n\n", b"k" * 40 + b"\n"),
+        (b"k" * 40 + b" \n", b"k" * 40 + b" "),
+        (b"\nk" + b"k" * 39 + b"\n", b"\nk" + b"k" * 39),
+    ],
+)
+def test_operator_secret_loses_only_its_line_ending(
+    tmp_path: Path, content: bytes, secret: bytes
+) -> None:
+    path = tmp_path / "hs256.key"
+    path.write_bytes(content)
+    assert load_or_create_dev_secret(path) == secret
+
+
+def test_secret_of_32_bytes_counted_without_its_line_ending(tmp_path: Path) -> None:
+    # A 32-byte secret that ends in 0x0d is 32 bytes, not 31 (the line ending is only "\r\n").
+    path = tmp_path / "hs256.key"
+    path.write_bytes(b"k" * 31 + b"\r")
+    assert load_or_create_dev_secret(path) == b"k" * 31 + b"\r"
+    path.write_bytes(b"k" * 31 + b"\r\n")
+    with pytest.raises(KeyConfigError, match="shorter than 32"):
+        load_or_create_dev_secret(path)
+
+
 async def test_hs256_can_be_disabled(tmp_path: Path) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     pem = tmp_path / "es.pem"
