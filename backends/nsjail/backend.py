@@ -260,7 +260,8 @@ class NsjailBackend(SandboxBackend):
             capture = await asyncio.shield(claim)
             await pass_gate(spec)
             outcome = await factory.execute(sandbox, spec)
-            await asyncio.to_thread(factory.kill_leftovers, sandbox)
+            if factory.has_leftovers(sandbox):  # a program that left something running
+                await asyncio.to_thread(factory.kill_leftovers, sandbox)
             over = True
             # Nothing runs in the sandbox now: what it did is complete, and the three
             # accounts of it are read at once.

@@ -262,6 +262,19 @@ class SandboxFactory:
 
     # --- finish -----------------------------------------------------------------
 
+    @staticmethod
+    def has_leftovers(sandbox: Sandbox) -> bool:
+        """After nsjail exited: whether anything of the program is still in its cgroup.
+
+        A read of cgroupfs (kernel memory, never the disk), cheap enough for the event
+        loop: the usual answer, "nothing", then costs no trip to a thread. An empty
+        cgroup cannot fill again, since only its members could fork into it.
+        """
+        try:
+            return bool(sandbox.cgroup.pids())
+        except OSError as exc:
+            raise BackendError(f"cannot wind the sandbox down: {exc}") from exc
+
     def kill_leftovers(self, sandbox: Sandbox) -> None:
         """After nsjail exited: nothing of the program runs once this returns (blocking)."""
         try:
