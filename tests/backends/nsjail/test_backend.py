@@ -376,6 +376,46 @@ async def test_sandboxes_are_made_ahead_and_used_once(backend: NsjailBackend) ->
     await assert_nsjail_host_clean(backend)
 
 
+async def test_a_process_in_the_sandboxs_cgroup_is_dead_before_the_result(
+    backend: NsjailBackend,
+) -> None:
+    # Something in the sandbox's cgroup but outside its pid namespace, so nsjail's exit
+    # does not take it with it: the after-exit look at the cgroup must find and kill it
+    # before the result is handed back. One host process moved into each waiting one.
+    await backend.wait_settled()
+    assert backend.cgroups is not None
+    intruders: dict[str, asyncio.subprocess.Process] = {}
+    try:
+        for name in backend.ready_sandboxes:
+            intruder = await asyncio.create_subprocess_exec("sleep", "60")
+            intruders[name] = intruder
+            for procs in backend.cgroups.open(name).join_files:
+                procs.write_text(str(intruder.pid))
+        result = await run(backend, "python", "print('ok')")
+        # Dead already, not only about to be.
+        dead = {name for name, i in intruders.items() if _dead(i.pid)}
+        assert result.status == Status.OK and result.stdout == b"ok\n", result.stderr
+        used = set(intruders) - backend.ready_sandboxes - backend.running_sandboxes
+        assert len(used) == 1 and dead == used, (used, dead, set(intruders))
+        assert await intruders[used.pop()].wait() == -9
+    finally:
+        for intruder in intruders.values():
+            if intruder.returncode is None:
+                intruder.kill()
+            await intruder.wait()
+    await backend.wait_settled()
+    await assert_nsjail_host_clean(backend)
+
+
+def _dead(pid: int) -> bool:
+    """Nothing of `pid` runs: a zombie, or already reaped (the loop's child watcher)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
 async def test_stale_waiting_sandboxes_are_not_used(nsjail_settings: NsjailSettings) -> None:
     backend = NsjailBackend(nsjail_settings.model_copy(update={"warm_max_age_s": 1}))
     await backend.start()
