@@ -28,7 +28,8 @@ pool had queued is dropped in its place.
 
 A start ahead also gives way to the executions running now, as long as its shape
 still has a container waiting (the next request of it is served either way): it
-begins once none has run for `QUIET_S`, or after `GIVE_WAY_MAX_S`; removals wait
+begins once none has run for a moment, or after at most a tenth of a second
+(backends/giveway.py, shared with the nsjail pool); removals wait
 for those executions too (as for starts: until `YIELD_BACKLOG` are queued). A container
 start (the engine, the runtime, the launcher's interpreter) is far more CPU than a
 small program, and on a small host one that starts while a request runs slows that
@@ -54,13 +55,14 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from backends.demand import split
 from backends.docker.config import Shape
 from backends.docker.sandbox import Container
+from backends.giveway import MAX_S, GiveWay
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +82,6 @@ BACKOFF_S, BACKOFF_MAX_S = 1.0, 60.0
 # own bounded pace whatever starts), checking this often.
 YIELD_BACKLOG = 16
 YIELD_POLL_S = 0.02
-# A start ahead that can wait gives way to executions until none has run for QUIET_S
-# (the gateway's own work after one: its records, its answer), for at most
-# GIVE_WAY_MAX_S (under steady load there is no quiet), looking every GIVE_WAY_POLL_S.
-QUIET_S = 0.02
-GIVE_WAY_MAX_S = 0.1
-GIVE_WAY_POLL_S = 0.005
 
 
 class Background:
@@ -195,7 +191,7 @@ class Pool:
         demand_window_s: float = 10.0,
         remove_concurrency: int = 2,
         release: Callable[[Container], Awaitable[None]] | None = None,
-        give_way_max_s: float = GIVE_WAY_MAX_S,
+        give_way_max_s: float = MAX_S,
     ) -> None:
         self.size = size  # the floor; 0: no pool at all
         self.max_size = max(size, max_size) if size else 0
@@ -223,10 +219,9 @@ class Pool:
         self.hits = 0
         self.misses = 0
         self.claims = 0  # requests served by a start already under way
-        self.executions = 0  # running now in containers of this pool's backend
-        self._last_execution_end = -1e9
-        self.give_way_max_s = give_way_max_s
-        self.gave_way = 0  # starts ahead that waited for executions to end
+        # Executions running now in containers of this pool's backend: starts ahead
+        # and removals that can wait give way to them.
+        self.give_way = GiveWay(give_way_max_s)
 
     @property
     def ready(self) -> frozenset[str]:
@@ -360,35 +355,26 @@ class Pool:
                 fill.task = self._background.start(self._fill_one(fill))
                 room -= 1
 
-    @contextlib.contextmanager
-    def executing(self) -> Iterator[None]:
+    def executing(self) -> contextlib.AbstractContextManager[None]:
         """Around one execution: starts ahead that can wait give way to it."""
-        self.executions += 1
-        try:
-            yield
-        finally:
-            self.executions -= 1
-            self._last_execution_end = time.monotonic()
+        return self.give_way.executing()
+
+    @property
+    def gave_way(self) -> int:
+        """Starts ahead that waited for executions to end."""
+        return self.give_way.waited
 
     def _removals_wait(self) -> bool:
-        return self.starting > 0 or self._busy()
-
-    def _busy(self) -> bool:
-        return self.executions > 0 or time.monotonic() - self._last_execution_end < QUIET_S
+        return self.starting > 0 or self.give_way.busy()
 
     async def _give_way(self, fill: _Fill) -> None:
         """Wait while executions run, if a container of this shape is waiting anyway."""
-        deadline = time.monotonic() + self.give_way_max_s
-        waited = False
-        while (
-            self._busy()
-            and not (self.closing or fill.dropped or fill.claimed is not None)
-            and any(c.shape == fill.shape for c in self._ready)
-            and time.monotonic() < deadline
-        ):
-            waited = True
-            await asyncio.sleep(GIVE_WAY_POLL_S)
-        self.gave_way += waited
+        await self.give_way.wait(
+            lambda: (
+                not (self.closing or fill.dropped or fill.claimed is not None)
+                and any(c.shape == fill.shape for c in self._ready)
+            )
+        )
 
     async def _fill_one(self, fill: _Fill) -> None:
         container: Container | None = None

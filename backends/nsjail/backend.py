@@ -48,6 +48,7 @@ from backends.ceilings import clamp as clamp_limits
 from backends.cgroups import CgroupError, CgroupManager, detect
 from backends.demand import Demand
 from backends.egress.addresses import NameResolver
+from backends.giveway import GiveWay
 from backends.nsjail.host import (
     available_languages,
     check_binary,
@@ -108,6 +109,9 @@ class NsjailBackend(SandboxBackend):
         self._demand = Demand()
         self._fill_error = ""
         self._background: set[asyncio.Future[None]] = set()
+        # Refills, and the teardown of sandboxes whose program has ended, wait for a
+        # quiet moment: the request that just ran still has its records and answer.
+        self.give_way = GiveWay()
         self._closing = False
         self._languages: frozenset[str] = frozenset(s.runtimes)
         self._max = s.max_limits()
@@ -226,6 +230,10 @@ class NsjailBackend(SandboxBackend):
         return await self._run(spec, demand=True)
 
     async def _run(self, spec: ExecSpec, demand: bool) -> ExecResult:
+        with self.give_way.executing():
+            return await self._execute(spec, demand)
+
+    async def _execute(self, spec: ExecSpec, demand: bool) -> ExecResult:
         factory = self._require_factory()
         if spec.language not in self._languages:
             raise BackendError(f"nsjail backend does not serve language {spec.language!r}")
@@ -295,10 +303,12 @@ class NsjailBackend(SandboxBackend):
                 # Tracked: if this request is cancelled, disposal goes on regardless.
                 # Awaited while something of the program may still run; once nothing
                 # can, what is left (mounts, the cgroup) goes after the answer.
-                disposal = self._in_background(self._dispose_after(claim, factory, sandbox))
+                disposal = self._in_background(
+                    self._dispose_after(claim, factory, sandbox, when_quiet=over)
+                )
                 if not over:
                     await asyncio.shield(disposal)
-            self._in_background(sandbox.egress.closed())  # off the request's path
+            self._in_background(self._close_egress(sandbox))  # off the request's path
             self._live.pop(sandbox.name, None)
             # Only now: making a sandbox while this one starts would slow it down.
             self._replenish()
@@ -313,13 +323,26 @@ class NsjailBackend(SandboxBackend):
         if not claim.cancelled() and claim.exception() is None:
             self.capture.drop(claim.result())
 
-    @staticmethod
     async def _dispose_after(
-        claim: asyncio.Future[Capture | str], factory: SandboxFactory, sandbox: Sandbox
+        self,
+        claim: asyncio.Future[Capture | str],
+        factory: SandboxFactory,
+        sandbox: Sandbox,
+        *,
+        when_quiet: bool,
     ) -> None:
-        """Dispose of `sandbox` once its claim's thread is done with it."""
+        """Dispose of `sandbox` once its claim's thread is done with it; `when_quiet`
+        (nothing of its program runs any more): after giving way to executions."""
         await asyncio.wait([claim])
+        if when_quiet:
+            await self.give_way.wait(lambda: not self._closing)
         await factory.dispose(sandbox)
+
+    async def _close_egress(self, sandbox: Sandbox) -> None:
+        """Close the sandbox's network boundary (its program has ended or been
+        killed) once executions have given it a quiet moment."""
+        await self.give_way.wait(lambda: not self._closing)
+        await sandbox.egress.closed()
 
     def _claim(self, factory: SandboxFactory, sandbox: Sandbox, spec: ExecSpec) -> Capture | str:
         """Apply the request to the sandbox, then attribute what it does from now on
@@ -410,6 +433,11 @@ class NsjailBackend(SandboxBackend):
     async def _fill_one(self, language: str) -> None:
         factory = self._require_factory()
         try:
+            # The next request of this language is served either way: give way to
+            # the one just finishing. With none waiting, the refill starts at once.
+            await self.give_way.wait(lambda: not self._closing and bool(self._pools[language]))
+            if self._closing:
+                return
             sandbox = await factory.make(self._next_name(), language)
         except Exception as exc:  # a background task: nothing else would see it
             self._fill_error = str(exc)

@@ -25,6 +25,7 @@ from backends.nsjail.settings import NsjailSettings
 from tests.backends.conformance import run
 from tests.backends.conftest import assert_nsjail_host_clean
 from tests.backends.warm_cases import CASES, assert_no_trail, assert_runs_as_cold
+from tests.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -98,4 +99,59 @@ async def test_the_pool_follows_the_languages_asked_for(nsjail_settings: NsjailS
             assert (await run(backend, "javascript", "console.log(1)")).stdout == b"1\n"
         await backend.wait_settled()
         assert backend.ready_languages() == {"bash": 1, "javascript": 1}
+        await assert_nsjail_host_clean(backend)
+
+
+async def test_refills_and_teardowns_give_way_to_a_running_execution(
+    nsjail_settings: NsjailSettings,
+) -> None:
+    """While an execution runs and a sandbox still waits for the next request, the
+    sandboxes made ahead and the teardown of one whose program has ended wait; once
+    the execution has ended they all happen, and nothing is left behind."""
+    async with backend_with(nsjail_settings, warm_pool_size=3) as backend:
+        backend.give_way.max_s = 60  # only the execution's end lets them go here
+        await backend.wait_settled()
+        runs_dir = backend.workspaces.runs_dir
+        made_ahead = set(os.listdir(runs_dir))
+        assert len(made_ahead) == 3
+        waited = backend.give_way.waited  # the start-up's own smoke tests gave way too
+        long = asyncio.ensure_future(run(backend, "python", "import time; time.sleep(8)"))
+        await until(lambda: len(backend.running_sandboxes) == 1, what="the long run began")
+        quick = await run(backend, "python", "print(1)")
+        assert (quick.status, quick.stdout) == (Status.OK, b"1\n")
+        await asyncio.sleep(0.3)  # far beyond the quiet moment the work waits for
+        during = (
+            set(os.listdir(runs_dir)),
+            len(backend.waiting()),
+            backend.give_way.waited - waited,
+        )
+        assert not long.done(), "the long run ended early: nothing was proven"
+        # Nothing made, nothing torn down: the quick run's sandbox is still there.
+        assert during == (made_ahead, 1, 0)
+        assert (await long).status == Status.OK
+        await backend.wait_settled()
+        assert len(backend.waiting()) == 3
+        after = set(os.listdir(runs_dir))
+        assert len(after) == 3 and len(after & made_ahead) == 1  # the two used are gone
+        assert backend.give_way.waited - waited >= 3  # two refills, the quick run's teardown
+        await assert_nsjail_host_clean(backend)
+
+
+async def test_a_refill_with_nothing_waiting_starts_at_once(
+    nsjail_settings: NsjailSettings,
+) -> None:
+    """The give-way never leaves the next request without a sandbox: with none of
+    its language waiting, a refill starts while another execution still runs."""
+    async with backend_with(nsjail_settings, warm_pool_size=1) as backend:
+        backend.give_way.max_s = 60
+        await backend.wait_settled()
+        long = asyncio.ensure_future(run(backend, "python", "import time; time.sleep(8)"))
+        await until(lambda: len(backend.running_sandboxes) == 1, what="the long run began")
+        assert backend.waiting() == ()
+        quick = await run(backend, "python", "print(1)")  # made on demand
+        assert quick.stdout == b"1\n"
+        await until(lambda: len(backend.waiting()) == 1, what="the refill")
+        assert not long.done(), "the long run ended early: nothing was proven"
+        assert (await long).status == Status.OK
+        await backend.wait_settled()
         await assert_nsjail_host_clean(backend)
