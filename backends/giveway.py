@@ -2,11 +2,10 @@
 
 A sandbox made ahead, or a used one torn down, costs far more CPU than a small
 program, and on a small host such work that runs while a request is being finished
-slows that request down: measured on 2 cores, the nsjail pool's refill, the used
-sandbox's teardown and its egress boundary's close, started the moment the program
-had ended, added 3.8 ms to a settled `print(1)` through the gateway (the records'
-fsync and the answer waited for the cores); docker-gvisor's print(1) took 28 ms
-p50 with its replacement starting alongside, 19-21 ms with it waiting.
+competes with that request's own remaining work (its records' fsync, its answer):
+docker-gvisor's print(1) took 28 ms p50 with its replacement starting alongside,
+19-21 ms with it waiting; on nsjail, where a sandbox is cheaper, the gain is small
+(-0.2 to -0.4 ms settled, -1 ms back to back; docs/ARCHITECTURE.md).
 
 `GiveWay` counts the executions running (`executing()` around each). `wait()`
 returns once none has run for `quiet_s` (long enough for the gateway's own work
