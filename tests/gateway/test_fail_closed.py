@@ -212,7 +212,11 @@ async def test_sandboxes_that_cannot_be_made_are_tried_afresh_then_503(
     from gateway.appkeys import SERVICES
 
     settings, client = await gateway(EXECGATE_BACKENDS_NSJAIL_WARM_POOL_SIZE="0")
-    runs = client.app[SERVICES].backends["nsjail"].workspaces.runs_dir
+    backend = client.app[SERVICES].backends["nsjail"]
+    # What start-up ran (its sandboxes' teardown gives way, backends/giveway.py) must
+    # be gone before the runs directory is taken away.
+    await backend.wait_settled()
+    runs = backend.workspaces.runs_dir
     shutil.rmtree(runs)
     runs.write_text("not a directory: no workspace can be made\n")
     try:
