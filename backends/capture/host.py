@@ -12,11 +12,11 @@ A sandbox is registered when an execution claims it (pid namespace inode of its
 first process, and the time: anything the sandbox did before the claim is not
 the execution's), in user space and in the kernel (a marker call: the kernel
 prints nothing for namespaces not registered), and finished after everything in
-it is dead: the gateway then makes a marker call on every CPU it can run on,
-and the record is complete once the tracer has printed each marker (events of
-one CPU come out in order, so every event before the sandbox died has been
-read). What the runtime does on its own at start-up is learnt per language from
-a do-nothing run (`learn`).
+it is dead: the gateway then makes a marker call on every CPU it can run on
+(backends/capture/markers.py: a thread pinned to each), and the record is
+complete once the tracer has printed each marker (events of one CPU come out in
+order, so every event before the sandbox died has been read). What the runtime
+does on its own at start-up is learnt per language from a do-nothing run (`learn`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from pathlib import Path
 
 from backends.base import BackendError
 from backends.capture.bpftrace import (
-    BARRIER_WHICH,
     MAP_KEYS,
     REGISTER_WHICH,
     STRLEN,
@@ -50,6 +49,7 @@ from backends.capture.bpftrace import (
     refusable_calls,
 )
 from backends.capture.demux import Capture, Demux
+from backends.capture.markers import CpuMarkers, mark, online_cpus
 from backends.capture.record import KINDS, Baseline, Behaviour, BehaviourRecorder, capture_off
 from backends.capture.settings import CaptureSettings
 from backends.capture.syscalls import UNISTD_32, syscall_names
@@ -122,47 +122,6 @@ def let_go(capture: Capture) -> None:
         os.close(fd)
 
 
-def online_cpus() -> list[int]:
-    try:
-        text = Path("/sys/devices/system/cpu/online").read_text().strip()
-    except OSError:
-        return sorted(os.sched_getaffinity(0))
-    cpus: list[int] = []
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        cpus += range(int(low), int(high or low) + 1)
-    return cpus
-
-
-def _who(ns: int) -> int:
-    """A namespace inode as getpriority's `who` (the tracer reads it back unsigned)."""
-    return ns - 2**32 if ns >= 2**31 else ns
-
-
-def mark(which: int, ns: int) -> None:
-    """One marker call (blocking, microseconds): EINVAL, only the tracer notices."""
-    with contextlib.suppress(OSError):
-        os.getpriority(which, _who(ns))
-
-
-def emit_barrier(ns: int, cpus: list[int]) -> set[int]:
-    """The barrier marker for `ns` on each CPU this thread may run on (blocking;
-    the calling thread's affinity is restored). Returns the CPUs marked."""
-    original = os.sched_getaffinity(0)
-    marked: set[int] = set()
-    try:
-        for cpu in cpus:
-            try:
-                os.sched_setaffinity(0, {cpu})
-            except OSError:
-                continue  # outside this process's cpuset
-            mark(BARRIER_WHICH, ns)
-            marked.add(cpu)
-    finally:
-        os.sched_setaffinity(0, original)
-    return marked
-
-
 def prerequisites(settings: CaptureSettings) -> tuple[str, int]:
     """(the tracer binary, the gateway's pid namespace level); raises
     CaptureUnavailable with the reason (blocking: may mount tracefs)."""
@@ -220,12 +179,17 @@ class HostTracer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._threads: list[threading.Thread] = []
         self._errors = bytearray()
-        self._cpus: list[int] = []
+        self._markers = CpuMarkers(self._missed)
         self._closing = False
         # Written once by close: the reading threads stop at once, rather than at the
         # end of the tracer's exit (its output reaches EOF only after the kernel has
         # released every one of its tracepoints, ~20 s; see close_sync). Made with them.
         self._stop_r = self._stop_w = -1
+
+    @property
+    def markers(self) -> CpuMarkers:
+        """The threads that make each record's end barrier, one pinned per CPU."""
+        return self._markers
 
     @property
     def running(self) -> bool:
@@ -236,7 +200,6 @@ class HostTracer:
         names = await asyncio.to_thread(syscall_names)
         self.demux.names = names
         self.demux.names32 = await asyncio.to_thread(syscall_names, UNISTD_32)
-        self._cpus = online_cpus()
         tracepoints = await asyncio.to_thread(_tracepoints)
         script = program(
             self.level, KERNEL_CAP, refusable_calls(tracepoints), gateway_pid=os.getpid()
@@ -259,6 +222,7 @@ class HostTracer:
         except BaseException:
             self.close_sync()  # cancelled while attaching: nothing is left running (bounded)
             raise
+        await asyncio.to_thread(self._markers.start, online_cpus())
         self.problem = ""
 
     def _run(self, tracer: str, script: str, ready: concurrent.futures.Future[None]) -> None:
@@ -358,14 +322,10 @@ class HostTracer:
         if self.running:
             capture.loop = asyncio.get_running_loop()
             with self._lock:
-                capture.waiting = set(self._cpus)
-            marked = await asyncio.to_thread(emit_barrier, capture.ns, self._cpus)
-            with self._lock:
-                capture.waiting &= marked
-                if not marked:
-                    incomplete = "incomplete: no CPU could be marked"
-                if not capture.waiting:
-                    capture.done.set()
+                capture.waiting = set(self._markers.cpus)
+            if not self._markers.barrier(capture.ns):
+                incomplete = "incomplete: no CPU could be marked"
+                capture.done.set()
             try:
                 async with asyncio.timeout(BARRIER_TIMEOUT_S):
                     await capture.done.wait()
@@ -382,6 +342,15 @@ class HostTracer:
         if incomplete:
             behaviour = dataclasses.replace(behaviour, reason=incomplete)
         return behaviour
+
+    def _missed(self, ns: int, cpu: int) -> None:
+        """From a marker thread: `cpu` could not be marked for `ns`'s barrier."""
+        with self._lock:
+            capture = self.demux.captures.get(ns)
+            if capture is not None and cpu in capture.waiting:
+                capture.waiting.discard(cpu)
+                if not capture.waiting:
+                    capture.complete()
 
     def discard(self, capture: Capture) -> None:
         mark(UNREGISTER_WHICH, capture.ns)
@@ -426,6 +395,7 @@ class HostTracer:
             os.close(self._stop_w)
             self._stop_r = self._stop_w = -1
         self._threads = []
+        self._markers.close()
         self._proc = None
         self.problem = "stopped"
 

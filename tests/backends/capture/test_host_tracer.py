@@ -97,6 +97,25 @@ async def test_the_last_attempt_before_the_end_is_recorded(tracer: HostTracer) -
 
 
 @pytest.mark.asyncio(loop_scope="module")
+async def test_a_record_ends_complete_after_a_marker_thread_was_moved(tracer: HostTracer) -> None:
+    # Something outside moves the barrier's thread of one CPU to another: its marker
+    # must still be made on its own CPU, or that CPU's events were never proven read
+    # (the record would end "incomplete" after the barrier's timeout).
+    threads = sorted(tracer.markers.threads.items())
+    if len(threads) < 2:
+        pytest.skip("one CPU: nowhere to move a marker thread to")
+    (cpu, thread), (other, _) = threads[0], threads[1]
+    assert thread.native_id is not None
+    for _ in range(3):
+        os.sched_setaffinity(thread.native_id, {other})
+        tag = secrets.token_hex(4)
+        behaviour = await in_namespace(tracer, f"cat /etc/moved-{tag}")
+        assert not behaviour.reason, behaviour.as_dict()
+        assert f"/etc/moved-{tag}" in {f.path for f in behaviour.files}, behaviour.as_dict()
+        assert os.sched_getaffinity(thread.native_id) == {cpu}
+
+
+@pytest.mark.asyncio(loop_scope="module")
 async def test_unregistered_namespaces_cost_the_gateway_nothing(tracer: HostTracer) -> None:
     tag = secrets.token_hex(4)
     lines, discarded = tracer.demux.lines, tracer.demux.discarded
