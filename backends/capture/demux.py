@@ -45,6 +45,8 @@ class Capture:
     execs: dict[int, tuple[str, list[str]]] = field(default_factory=dict)
     renames: dict[int, str] = field(default_factory=dict)
     waiting: set[int] = field(default_factory=set)
+    # CPUs the end barrier could not mark (their events are not proven read).
+    unmarked: set[int] = field(default_factory=set)
     # A descriptor of the pid namespace, held while registered: the kernel gives a
     # freed namespace's number to the next one made, and `ns` must stay this
     # execution's until its end (host.HostTracer closes it); -1: none held.

@@ -170,7 +170,13 @@ class HostTracer:
     and reads its lines; registrations and records' ends are safe from any loop.
     """
 
-    def __init__(self, settings: CaptureSettings) -> None:
+    def __init__(
+        self,
+        settings: CaptureSettings,
+        markers: Callable[[Callable[[int, int], None]], CpuMarkers] = CpuMarkers,
+    ) -> None:
+        """`markers`: makes the barrier's marker threads, given what to call for a
+        CPU it cannot mark (tests hand in one whose CPUs go away)."""
         self.settings = settings
         self.demux = Demux()
         self.level = 0
@@ -179,7 +185,7 @@ class HostTracer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._threads: list[threading.Thread] = []
         self._errors = bytearray()
-        self._markers = CpuMarkers(self._missed)
+        self._markers = markers(self._missed)
         self._closing = False
         # Written once by close: the reading threads stop at once, rather than at the
         # end of the tracer's exit (its output reaches EOF only after the kernel has
@@ -331,6 +337,10 @@ class HostTracer:
                     await capture.done.wait()
             except TimeoutError:
                 incomplete = "incomplete: the tracer did not confirm the end in time"
+            with self._lock:
+                unmarked = sorted(capture.unmarked)
+            if unmarked and not incomplete:
+                incomplete = f"incomplete: CPU {', '.join(map(str, unmarked))} could not be marked"
         else:
             mark(UNREGISTER_WHICH, capture.ns)
         with self._lock:
@@ -349,6 +359,7 @@ class HostTracer:
             capture = self.demux.captures.get(ns)
             if capture is not None and cpu in capture.waiting:
                 capture.waiting.discard(cpu)
+                capture.unmarked.add(cpu)
                 if not capture.waiting:
                     capture.complete()
 

@@ -17,10 +17,18 @@ from pathlib import Path
 import pytest
 
 from backends.base import BackendError
-from backends.capture.host import Capture, Demux, HostCapture, HostTracer, TracerHub
+from backends.capture.host import (
+    BARRIER_TIMEOUT_S,
+    Capture,
+    Demux,
+    HostCapture,
+    HostTracer,
+    TracerHub,
+)
 from backends.capture.record import BehaviourRecorder
 from backends.capture.settings import CaptureSettings
 from backends.egress.netns import enter, run_in_thread
+from tests.backends.capture.test_markers import CpusGoAway
 from tests.backends.conftest import require_root
 
 NS, OTHER = 4026532001, 4026532002
@@ -295,6 +303,31 @@ async def test_close_stops_the_readers_at_once_though_the_output_stays_open(
         assert os.path.exists(f"/proc/{child}")  # the output was still open
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+async def test_a_cpu_the_barrier_cannot_mark_leaves_the_record_incomplete(
+    tmp_path: Path,
+) -> None:
+    # Not waited for (the barrier would time out), and not passed off as complete:
+    # that CPU's events are not proven read.
+    require_root()
+    fake = tmp_path / "tracer"
+    fake.write_text('#!/bin/sh\necho \'{"type": "printf", "data": "ready\\n"}\'\nexec sleep 600\n')
+    fake.chmod(0o755)
+    tracer = HostTracer(CaptureSettings(tracer_path=str(fake)), markers=CpusGoAway)
+    await tracer.start()
+    try:
+        assert tracer.running and tracer.markers.cpus
+        mine = capture()
+        tracer.demux.register(mine)
+        async with asyncio.timeout(BARRIER_TIMEOUT_S / 2):
+            behaviour = await tracer.finish(mine)
+        cpus = ", ".join(map(str, sorted(tracer.markers.cpus)))
+        assert behaviour.reason == f"incomplete: CPU {cpus} could not be marked", behaviour
+        assert tracer.demux.captures == {}
+    finally:
+        await tracer.close()
+    assert not tracer.markers.threads
 
 
 async def test_a_dead_tracer_is_closed_when_the_hub_replaces_it(tmp_path: Path) -> None:

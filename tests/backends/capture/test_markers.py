@@ -78,11 +78,12 @@ def test_a_thread_moved_off_its_cpu_goes_back_before_it_marks(
     assert missed == []
 
 
-class NoWayBack(CpuMarkers):
-    """Pins once; after that, its CPU is gone (as if a cpuset had shrunk)."""
+class CpusGoAway(CpuMarkers):
+    """Pins each thread once; at the first barrier its CPU is gone (a cpuset shrank
+    under the gateway). test_host.py hands it to a tracer."""
 
-    def __init__(self, missed: list[tuple[int, int]]) -> None:
-        super().__init__(lambda ns, cpu: missed.append((ns, cpu)))
+    def __init__(self, missed: Callable[[int, int], None]) -> None:
+        super().__init__(missed)
         self.pinned: set[int] = set()
 
     def pin(self, cpu: int) -> None:
@@ -94,7 +95,7 @@ class NoWayBack(CpuMarkers):
 
 def test_a_cpu_that_can_no_longer_be_marked_is_reported_not_waited_for() -> None:
     missed: list[tuple[int, int]] = []
-    markers = NoWayBack(missed)
+    markers = CpusGoAway(lambda ns, cpu: missed.append((ns, cpu)))
     markers.start(allowed_cpus())
     try:
         markers.barrier(77)
