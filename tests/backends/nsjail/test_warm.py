@@ -115,7 +115,7 @@ async def test_refills_and_teardowns_give_way_to_a_running_execution(
         made_ahead = set(os.listdir(runs_dir))
         assert len(made_ahead) == 3
         waited = backend.give_way.waited  # the start-up's own smoke tests gave way too
-        long = asyncio.ensure_future(run(backend, "python", "import time; time.sleep(8)"))
+        long = asyncio.ensure_future(run(backend, "python", "import time; time.sleep(4)"))
         await until(lambda: len(backend.running_sandboxes) == 1, what="the long run began")
         quick = await run(backend, "python", "print(1)")
         assert (quick.status, quick.stdout) == (Status.OK, b"1\n")
@@ -145,7 +145,7 @@ async def test_a_refill_with_nothing_waiting_starts_at_once(
     async with backend_with(nsjail_settings, warm_pool_size=1) as backend:
         backend.give_way.max_s = 60
         await backend.wait_settled()
-        long = asyncio.ensure_future(run(backend, "python", "import time; time.sleep(8)"))
+        long = asyncio.ensure_future(run(backend, "python", "import time; time.sleep(4)"))
         await until(lambda: len(backend.running_sandboxes) == 1, what="the long run began")
         assert backend.waiting() == ()
         quick = await run(backend, "python", "print(1)")  # made on demand

@@ -27,7 +27,7 @@ STREAM = {"Accept": "text/event-stream"}
 # is certainly still running, then prints again.
 PRINT_SLEEP_PRINT = {
     "language": "python",
-    "code": "import time\nprint('first', flush=True)\ntime.sleep(8)\nprint('second')\n",
+    "code": "import time\nprint('first', flush=True)\ntime.sleep(4)\nprint('second')\n",
     "limits": {"timeout_s": 30},
 }
 
