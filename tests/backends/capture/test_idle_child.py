@@ -13,12 +13,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from backends.capture.host import idle_child
+from backends.capture.host import IDLE_LOOK_MAX_S, IDLE_LOOK_S, idle_child
 
 Procs = list[subprocess.Popen[bytes]]
 
@@ -68,6 +69,26 @@ def test_a_child_still_starting_is_waited_for(tmp_path: Path, procs: Procs) -> N
     # Not taken while the loop ran (it was still the shell then, and running).
     assert os.path.basename(os.readlink(f"/proc/{child}/exe")) == "cat"
     assert Path(f"/proc/{child}/wchan").read_text() == "wait_for_partner"
+
+
+def test_the_looks_at_a_child_still_starting_back_off(tmp_path: Path, procs: Procs) -> None:
+    """Each look takes the GIL from the executions: a sandbox slow to start is not
+    looked at every millisecond, and one nearly there is still found at once."""
+    fifo = tmp_path / "main.py"
+    os.mkfifo(fifo)
+    proc = start(procs, f"sh -c 'sleep 0.4; exec cat {fifo}'")
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        time.sleep(seconds)
+
+    child = idle_child(proc.pid, 10.0, sleep=sleep)
+    assert os.path.basename(os.readlink(f"/proc/{child}/exe")) == "cat"
+    assert pauses[0] == IDLE_LOOK_S and max(pauses) == IDLE_LOOK_MAX_S
+    assert pauses == sorted(pauses)  # never shorter again
+    # Looking every IDLE_LOOK_S would have taken ~400 looks.
+    assert len(pauses) < 0.4 / IDLE_LOOK_MAX_S * 1.5
 
 
 def test_a_child_that_is_not_yet_its_own_program_is_not_taken(procs: Procs) -> None:
