@@ -122,12 +122,15 @@ def _child(path: str, key: str | int) -> str:
     return str(key) if path == "body" else f"{path}.{key}"
 
 
-def dumps(value: Any) -> bytes:
-    """Compact UTF-8 JSON (orjson; the stdlib for what orjson refuses, e.g. ints over 64 bits)."""
+def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
+    """Compact UTF-8 JSON (orjson; the stdlib for what orjson refuses, e.g. ints over
+    64 bits or a lone surrogate, which it writes as an escape)."""
+    option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_SORT_KEYS if sort_keys else 0)
     try:
-        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+        return orjson.dumps(value, option=option)
     except TypeError:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys)
+        return text.encode("utf-8", "backslashreplace")
 
 
 def json_response(

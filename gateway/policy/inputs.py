@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.files import make_private_dirs
+from gateway.json_codec import dumps
 from gateway.policy.base import LogMasker
 from gateway.policy.mask import LogMask, MaskError
 from gateway.settings.model import Settings
@@ -209,8 +210,9 @@ class DecisionInputLog:
                     tenant,
                     self._engine,
                     entry["revision"],
-                    json.dumps(masked["input"], sort_keys=True),
-                    json.dumps(entry["decided"], sort_keys=True),
+                    # orjson: this thread holds the GIL against the loop while it encodes.
+                    dumps(masked["input"], sort_keys=True).decode("utf-8"),
+                    dumps(entry["decided"], sort_keys=True).decode("utf-8"),
                 )
             )
         with self._db:

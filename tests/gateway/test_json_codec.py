@@ -150,3 +150,18 @@ def test_size_bound_and_text_input() -> None:
 def test_dumps_is_compact_utf8_and_takes_what_the_stdlib_takes() -> None:
     assert dumps({"a": "é", 1: [None]}) == '{"a":"é","1":[null]}'.encode()
     assert json.loads(dumps({"big": 2**70})) == {"big": 2**70}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"b": 1, "a": {"d": [2, {"z": 0, "y": 1}], "c": "é"}},
+        {"b": 2**70, "a": "x"},  # past orjson: the stdlib's way
+        {"b": "\ud800 a lone surrogate", "a": 1},  # likewise, written as its escape
+    ],
+)
+def test_dumps_sorted_round_trips_whatever_it_is_given(value: dict[str, object]) -> None:
+    text = dumps(value, sort_keys=True)
+    assert json.loads(text) == value
+    assert text == json.dumps(value, sort_keys=True, separators=(",", ":"),
+                              ensure_ascii=False).encode("utf-8", "backslashreplace")  # fmt: skip
