@@ -120,9 +120,9 @@ class Pipeline:
             )
         )
 
-    @staticmethod
-    async def _settle(ctx: ExecContext) -> GatewayError | None:
+    async def _settle(self, ctx: ExecContext) -> GatewayError | None:
         """Wait until every record this request submitted is durable."""
+        self.services.audit.kick()  # what was only queued goes now
         results = await asyncio.gather(*ctx.audit_pending, return_exceptions=True)
         ctx.audit_pending.clear()
         for result in results:

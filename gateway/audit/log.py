@@ -7,8 +7,8 @@ takes everything queued, gives the records their `seq`/`prev_hash`/`hash`, write
 them with one `write` and one `fsync` (in a thread, never on the event loop) and
 only then resolves the waiting `append`s. Records appended while an fsync runs
 share the next one, so the number of fsyncs follows the disk, not the load.
-`flush_interval_ms` is an optional extra: when the previous batch held more than
-one record (the log is busy), the next batch starts no sooner than that long
+`flush_interval_ms` is an optional extra: when the previous batch held the records
+of more than one request (the log is busy), the next batch starts no sooner than that long
 after it, trading latency for fewer fsyncs on IOPS-limited disks. A lone
 appender never waits. 0 turns it off.
 
@@ -57,6 +57,10 @@ __all__ = ["AuditCorrupt", "AuditLog", "AuditUnavailable", "utc_timestamp"]
 log = logging.getLogger(__name__)
 
 
+# The longest a `queue`d record waits for a batch to go with.
+QUEUE_WAIT_S = 0.005
+
+
 def utc_timestamp() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -80,6 +84,7 @@ class AuditLog:
         self._offset = 0  # durable end of the file
         self._pending: list[tuple[dict[str, Any], asyncio.Future[dict[str, Any]]]] = []
         self._wakeup = asyncio.Event()
+        self._queue_timer: asyncio.TimerHandle | None = None  # a `queue`d record's limit
         self._writer: asyncio.Task[None] | None = None
         # A thread of the log's own for write+fsync: in the shared default executor a
         # batch would queue behind sandbox set-up jobs, and every request waits for it.
@@ -91,7 +96,7 @@ class AuditLog:
         self._lost_records = 0  # refused since the last successful write
         self._lost_since: str | None = None
         self._last_batch_at = -1e9
-        self._last_batch_size = 0
+        self._last_batch_requests = 0
         self.fsyncs = 0
         self.batches = 0
         self.records_written = 0
@@ -135,6 +140,9 @@ class AuditLog:
         """Write everything queued, then close the file. Appends after this fail."""
         self._closing = True
         self._wakeup.set()
+        if self._queue_timer is not None:
+            self._queue_timer.cancel()
+            self._queue_timer = None
         if self._writer is not None:
             # A writer that died has already failed every append and logged why.
             await asyncio.gather(self._writer, return_exceptions=True)
@@ -189,6 +197,11 @@ class AuditLog:
         in submission order, so gather every future before sending the response
         the records describe. Field errors raise here, synchronously.
         """
+        future = self._enqueue(type, fields)
+        self._wakeup.set()
+        return future
+
+    def _enqueue(self, type: str, fields: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
         if self._fd is None or self._closing:
             raise AuditUnavailable(f"audit log {self.path} is not open")
         if self._broken is not None:
@@ -206,25 +219,46 @@ class AuditLog:
         # A submitter that never awaits must not trigger "exception never retrieved".
         future.add_done_callback(_mark_retrieved)
         self._pending.append((record, future))
-        self._wakeup.set()
         return future
+
+    def queue(self, type: str, **fields: Any) -> asyncio.Future[dict[str, Any]]:
+        """`submit` without starting a batch for it: the record goes to disk with
+        the next record submitted (or `kick`), in one write and one fsync with it,
+        and after QUEUE_WAIT_S at the latest. For a record the request waits for
+        later with others (`policy.decided` before `execution.started`): woken for
+        it alone, the writer would start an fsync the next record then waits out."""
+        future = self._enqueue(type, fields)
+        if self._queue_timer is None:
+            self._queue_timer = asyncio.get_running_loop().call_later(
+                QUEUE_WAIT_S, self._wakeup.set
+            )
+        return future
+
+    def kick(self) -> None:
+        """Start a batch for what `queue` left waiting (before awaiting it)."""
+        if self._pending:
+            self._wakeup.set()
 
     async def _run(self) -> None:
         try:
             while True:
                 await self._wait_for_work()
                 if self._pending or self._lost_records:
-                    if self._last_batch_size > 1:
+                    if self._last_batch_requests > 1:
                         # Busy: gather more per fsync. A lone appender never waits.
                         gap = self._last_batch_at + self._interval_s - time.monotonic()
                         if gap > 0:
                             await asyncio.sleep(gap)
                     batch, self._pending = self._pending, []
+                    if self._queue_timer is not None:  # what it waited for goes now
+                        self._queue_timer.cancel()
+                        self._queue_timer = None
                     lost = self._lost_records
                     if lost:
                         batch.insert(0, self._loss_note())
                     self._last_batch_at = time.monotonic()
-                    self._last_batch_size = len(batch)
+                    # Requests, not records: one request's records go together (`queue`).
+                    self._last_batch_requests = len({r.get("request_id") for r, _ in batch})
                     if await self._flush(batch):
                         self._lost_records, self._lost_since = 0, None
                     elif self._broken is None:

@@ -111,7 +111,7 @@ async def dispatch(ctx: ExecContext, svc: Services) -> None:
     # Queued, not awaited: the review stage (and the pipeline's settle) waits for it
     # with the records that follow, so one fsync covers them all; durable before the
     # result is stored or answered, like every record.
-    ctx.audit_pending.append(svc.audit.submit(
+    ctx.audit_pending.append(svc.audit.queue(
         "execution.finished",
         **ctx.audit_fields(),
         backend=ctx.backend,
@@ -134,7 +134,7 @@ def _record_attempts(ctx: ExecContext, svc: Services, result: ExecResult) -> Non
     event, queued with the request's records (both bounded by the backend's record)."""
     fields = {**ctx.audit_fields(), "backend": ctx.backend}
     ctx.audit_pending.extend(
-        svc.audit.submit("network.attempt", **fields, **dataclasses.asdict(a))
+        svc.audit.queue("network.attempt", **fields, **dataclasses.asdict(a))
         for a in result.network
     )
     ctx.audit_pending.extend(_queue_events(ctx, svc, result.events))
@@ -144,8 +144,10 @@ def _queue_events(
     ctx: ExecContext, svc: Services, events: tuple[SandboxEvent, ...]
 ) -> list[asyncio.Future[dict[str, Any]]]:
     fields = {**ctx.audit_fields(), "backend": ctx.backend}
-    return [svc.audit.submit("sandbox.event", **fields, **dataclasses.asdict(e)) for e in events]
+    return [svc.audit.queue("sandbox.event", **fields, **dataclasses.asdict(e)) for e in events]
 
 
 async def _record_events(ctx: ExecContext, svc: Services, events: tuple[SandboxEvent, ...]) -> None:
-    await asyncio.gather(*_queue_events(ctx, svc, events))
+    queued = _queue_events(ctx, svc, events)
+    svc.audit.kick()
+    await asyncio.gather(*queued)

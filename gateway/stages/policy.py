@@ -57,10 +57,11 @@ async def decide(ctx: ExecContext, svc: Services) -> None:
         else ("approval" if decision.require_approval and not decision.deny else "deny")
     )
     svc.metrics.observe_decision(outcome, time.perf_counter() - started)
-    # Not awaited here: the next record that is (execution.started, or the terminal
-    # error record) comes after it in the chain, so one fsync covers both.
+    # Not awaited here, nor written alone: the next record that is awaited
+    # (execution.started, approval.requested or the terminal error record) comes
+    # after it in the chain and takes it along, one fsync for both.
     ctx.audit_pending.append(
-        svc.audit.submit(
+        svc.audit.queue(
             "policy.decided",
             **ctx.audit_fields(),
             decision_id=decision_id,

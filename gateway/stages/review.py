@@ -56,6 +56,7 @@ async def review(ctx: ExecContext, svc: Services) -> None:
                 )
         records.append(svc.audit.submit("execution.review", **fields, **ctx.review))
     # The execution's own records (queued by dispatch) with these: all durable before
-    # the result is stored for anyone to read.
+    # the result is stored for anyone to read, in one batch.
+    svc.audit.kick()
     await asyncio.gather(*records, *ctx.audit_pending)
     svc.store.finished(ctx.execution_id, render_result(ctx))

@@ -123,6 +123,55 @@ async def test_waves_of_appends_while_fsync_runs(tmp_path: Path) -> None:
     assert counter.calls < 500 / 2, counter.calls
 
 
+async def test_a_queued_record_goes_with_the_next_one_submitted(tmp_path: Path) -> None:
+    """`queue` starts no fsync of its own: the record waits for the next one that
+    does (a request's decision before its start), and they share one, in order."""
+    path = tmp_path / "audit.jsonl"
+    counter = FsyncCounter(path)
+    audit = AuditLog(path, flush_interval_ms=0, fsync=counter)
+    await audit.start()
+    queued = audit.queue("policy.decided", request_id="req_1")
+    for _ in range(20):
+        await asyncio.sleep(0)  # the writer has every chance to take it alone
+    started = await audit.submit("execution.started", request_id="req_1")
+    decided = await queued
+    assert (decided["seq"], started["seq"]) == (1, 2)
+    assert counter.calls == 1 and counter.synced_seq == 2
+    # kick: what is queued goes now, without a record of its own.
+    finished = audit.queue("execution.finished", request_id="req_1")
+    audit.kick()
+    assert (await finished)["seq"] == 3 and counter.calls == 2
+    await audit.close()
+    assert verify_file(path).records == 3
+
+
+async def test_a_queued_record_alone_is_not_left_behind(tmp_path: Path) -> None:
+    """Nothing else comes (the request ended another way): the queued record goes
+    on its own shortly, and a closing log writes it too."""
+    path = tmp_path / "audit.jsonl"
+    audit = AuditLog(path, flush_interval_ms=0)
+    await audit.start()
+    async with asyncio.timeout(30):
+        assert (await audit.queue("policy.decided"))["seq"] == 1
+    last = audit.queue("policy.decided")
+    await audit.close()
+    assert (await last)["seq"] == 2
+    assert verify_file(path).records == 2
+
+
+async def test_one_requests_records_do_not_make_the_log_busy(tmp_path: Path) -> None:
+    """The flush interval holds the next batch back only after a batch of several
+    requests: a request's own records batched together (`queue`) are not a crowd."""
+    path = tmp_path / "audit.jsonl"
+    audit = AuditLog(path, flush_interval_ms=600_000)
+    await audit.start()
+    audit.queue("policy.decided", request_id="req_1")
+    await audit.submit("execution.started", request_id="req_1")
+    async with asyncio.timeout(30):  # not ten minutes
+        await audit.submit("execution.finished", request_id="req_1")
+    await audit.close()
+
+
 async def test_append_waits_for_fsync(tmp_path: Path) -> None:
     entered, release = threading.Event(), threading.Event()
 
