@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from backends.capture.markers import CpuMarkers, online_cpus
+from tests.components import missing_component
 
 
 def allowed_cpus() -> list[int]:
@@ -68,7 +69,7 @@ def test_a_thread_moved_off_its_cpu_goes_back_before_it_marks(
 ) -> None:
     cpus = allowed_cpus()
     if len(cpus) < 2:
-        pytest.skip("one CPU: nowhere to move a thread to")
+        missing_component("a second CPU: with one there is nowhere to move a thread to")
     markers.start(cpus)
     cpu, thread = sorted(markers.threads.items())[0]
     assert thread.native_id is not None
