@@ -122,6 +122,9 @@ class ExecCgroup(abc.ABC):
 
     def __init__(self, name: str) -> None:
         self.name = name
+        # What the kernel holds, as last written here (None: unknown), so that a
+        # claim whose limits a sandbox made ahead already has writes nothing.
+        self.applied: CgroupLimits | None = None
 
     @property
     @abc.abstractmethod
@@ -131,9 +134,17 @@ class ExecCgroup(abc.ABC):
     @abc.abstractmethod
     def pids(self) -> set[int]: ...
 
-    @abc.abstractmethod
     def apply(self, limits: CgroupLimits) -> None:
-        """Set (or change) the limits; raises OSError."""
+        """Set (or change) the limits; raises OSError. Nothing is written when
+        `limits` are already the cgroup's."""
+        if limits == self.applied:
+            return
+        self.applied = None  # a write that fails midway leaves them unknown
+        self._write_limits(limits)
+        self.applied = limits
+
+    @abc.abstractmethod
+    def _write_limits(self, limits: CgroupLimits) -> None: ...
 
     @abc.abstractmethod
     def reset_peak(self) -> None:
@@ -225,7 +236,7 @@ class V1Cgroup(ExecCgroup):
                 continue
         return found
 
-    def apply(self, limits: CgroupLimits) -> None:
+    def _write_limits(self, limits: CgroupLimits) -> None:
         memory = self.dirs["memory"]
         limit, memsw = memory / "memory.limit_in_bytes", memory / "memory.memsw.limit_in_bytes"
         # With swap accounting, memory+swap may never be below memory alone:
@@ -337,7 +348,7 @@ class V2Cgroup(ExecCgroup):
             _write(kill_file, "1")  # kernel >= 5.14: kills the whole subtree at once
         super().kill_all(timeout_s, spare)
 
-    def apply(self, limits: CgroupLimits) -> None:
+    def _write_limits(self, limits: CgroupLimits) -> None:
         _write(self.dir / "memory.max", str(limits.memory_bytes))
         swap = self.dir / "memory.swap.max"
         if swap.exists():

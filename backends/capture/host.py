@@ -602,67 +602,112 @@ FIFO_OPEN_WAIT = "wait_for_partner"
 FIFO_OPEN_WAIT_B = FIFO_OPEN_WAIT.encode()
 
 
-def idle_child(
-    pid: int, timeout_s: float = IDLE_TIMEOUT_S, sleep: Callable[[float], None] = time.sleep
-) -> int:
-    """The first child of `pid` (a jail's init) once it has become its own program
-    and waits for its code (blocking, bounded): an interpreter started ahead
-    blocked opening the FIFO on its code file's path (backends/handover.py), or a
-    launcher in read(2). What it did until then, whether the sandbox was made
-    ahead or just now, is the jail's set-up, not the execution's.
+class IdleLook:
+    """Looks at a jail's init (`pid`) for its first child once it has become its
+    own program and waits for its code: an interpreter started ahead blocked
+    opening the FIFO on its code file's path (backends/handover.py), or a launcher
+    in read(2). What it did until then, whether the sandbox was made ahead or just
+    now, is the jail's set-up, not the execution's.
 
-    A claim under load waits here for a sandbox still starting (~30-50 ms at
+    A claim under load waits for a sandbox still starting (~30-50 ms at
     concurrency 4), so a look is one pread of a /proc file held open, the rarer
     questions (has the jail exited, is the time up) are asked every eighth look,
-    and the looks back off: each call through the GIL costs far more under load
-    than the call does alone (looking cost 2.8 ms of CPU per claim when every look
-    re-read four files by path)."""
-    began = time.monotonic()
-    deadline = began + timeout_s
-    child, wchan, syscall = 0, -1, -1
-    look = 0
-    # Held open, read with pread: a look by path costs ~45 us of CPU here, and the
-    # descriptors stay with this process even if its number is given to another.
-    stat = children = -1
-    try:
+    and the looks back off (`pause_s`): each call through the GIL costs far more
+    under load than the call does alone (looking cost 2.8 ms of CPU per claim when
+    every look re-read four files by path). Driven by `idle_child` (a thread) or
+    `wait_idle` (the event loop: a look never blocks)."""
+
+    def __init__(self, pid: int, timeout_s: float = IDLE_TIMEOUT_S) -> None:
+        self.pid = pid
+        self.timeout_s = timeout_s
+        self.began = time.monotonic()
+        self.deadline = self.began + timeout_s
+        self._child, self._wchan, self._syscall = 0, -1, -1
+        self._looks = 0
+        # Held open, read with pread: a look by path costs ~45 us of CPU here, and
+        # the descriptors stay with this process even if its number is given to
+        # another.
+        self._stat = self._children = -1
         try:
-            stat = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-            children = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY | os.O_CLOEXEC)
+            self._stat = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+            self._children = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY | os.O_CLOEXEC)
         except (FileNotFoundError, ProcessLookupError):
+            self.close()
             raise OSError(
                 f"the sandbox of process {pid} exited before its code was handed over"
             ) from None
-        while True:
-            if not child:
-                child, wchan, syscall = _first_child(children)
-            if child and _waits(wchan, syscall):
-                # Checked once it waits: a sandbox made just now may still be its
-                # shell shim, and a child not yet exec'd is the jail itself.
-                with contextlib.suppress(OSError):
-                    if os.readlink(f"/proc/{child}/exe") != os.readlink(f"/proc/{pid}/exe"):
-                        return child
-            look += 1
-            rare = not child or look % 8 == 0
-            if rare and _exited(stat):
-                # An interpreter that never waits (one that does not read its file):
-                # nothing will be handed over to it, so there is nothing to follow.
-                raise OSError(
-                    f"the sandbox of process {pid} exited before its code was handed over"
-                )
-            now = time.monotonic()
-            if rare and now > deadline:
-                raise OSError(
-                    f"the sandbox of process {pid} is not waiting after {timeout_s:.0f} s"
-                    + _whereabouts(pid)
-                )
-            # Backing off: a sandbox that is nearly there is found at once, one that
-            # takes long is not looked at a hundred times (what the wait costs in
-            # latency stays under a quarter of it).
-            sleep(min(IDLE_LOOK_MAX_S, max(IDLE_LOOK_S, (now - began) / 4)))
-    finally:
-        for fd in (wchan, syscall, stat, children):
+        except BaseException:
+            self.close()
+            raise
+
+    def look(self) -> int:
+        """The child once it waits, else 0; raises OSError once the jail has exited
+        or the time is up."""
+        if not self._child:
+            self._child, self._wchan, self._syscall = _first_child(self._children)
+        child = self._child
+        if child and _waits(self._wchan, self._syscall):
+            # Checked once it waits: a sandbox made just now may still be its shell
+            # shim, and a child not yet exec'd is the jail itself.
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{child}/exe") != os.readlink(f"/proc/{self.pid}/exe"):
+                    return child
+        self._looks += 1
+        rare = not child or self._looks % 8 == 0
+        if rare and _exited(self._stat):
+            # An interpreter that never waits (one that does not read its file):
+            # nothing will be handed over to it, so there is nothing to follow.
+            raise OSError(
+                f"the sandbox of process {self.pid} exited before its code was handed over"
+            )
+        if rare and time.monotonic() > self.deadline:
+            raise OSError(
+                f"the sandbox of process {self.pid} is not waiting after"
+                f" {self.timeout_s:.0f} s" + _whereabouts(self.pid)
+            )
+        return 0
+
+    def pause_s(self) -> float:
+        """Until the next look: a sandbox that is nearly there is found at once, one
+        that takes long is not looked at a hundred times (what the wait costs in
+        latency stays under a quarter of it)."""
+        return min(IDLE_LOOK_MAX_S, max(IDLE_LOOK_S, (time.monotonic() - self.began) / 4))
+
+    def close(self) -> None:
+        for fd in (self._wchan, self._syscall, self._stat, self._children):
             if fd >= 0:
                 os.close(fd)
+        self._wchan = self._syscall = self._stat = self._children = -1
+
+
+def idle_child(
+    pid: int, timeout_s: float = IDLE_TIMEOUT_S, sleep: Callable[[float], None] = time.sleep
+) -> int:
+    """The first child of `pid` (a jail's init) once it waits for its code
+    (blocking, bounded; see IdleLook)."""
+    watch = IdleLook(pid, timeout_s)
+    try:
+        while not (child := watch.look()):
+            sleep(watch.pause_s())
+        return child
+    finally:
+        watch.close()
+
+
+async def wait_idle(
+    pid: int, timeout_s: float = IDLE_TIMEOUT_S, until: Callable[[], bool] = lambda: False
+) -> int:
+    """`idle_child` on the event loop (each look is a pread of /proc, never a
+    wait); 0 once `until()` holds (someone else looks now)."""
+    watch = IdleLook(pid, timeout_s)
+    try:
+        while not until():
+            if child := watch.look():
+                return child
+            await asyncio.sleep(watch.pause_s())
+        return 0
+    finally:
+        watch.close()
 
 
 def _first_child(children: int) -> tuple[int, int, int]:

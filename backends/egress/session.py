@@ -48,10 +48,13 @@ class EgressSession:
         self.proxy.arm(egress, credentials, internal_allow)
 
     async def finish(self) -> tuple[tuple[NetworkAttempt, ...], tuple[SandboxEvent, ...]]:
-        """Stop everything and hand over the record (and a note if it overflowed)."""
+        """Stop serving and hand over the record (and a note if it overflowed). The
+        namespace's descriptors stay open until `stop()` or `closed()`: closing them
+        makes the kernel wait for RCU grace periods, whose IPIs reach every CPU,
+        the one finishing this request included."""
         if not self._stopped:
             self.recorder.drain()  # what the last moments of the run sent
-        await self.stop()
+        await self._stop_serving()
         events: tuple[SandboxEvent, ...] = ()
         if self.record.dropped:
             detail = f"{self.record.dropped} further network attempts not recorded"
@@ -60,6 +63,10 @@ class EgressSession:
 
     async def stop(self) -> None:
         """Stop serving and close the namespace's descriptors (idempotent)."""
+        await self._stop_serving()
+        self._close()
+
+    async def _stop_serving(self) -> None:
         if self._stopped:
             return
         self._stopped = True
@@ -71,15 +78,20 @@ class EgressSession:
         if self._resolver is not None:
             self._resolver.close()
         await asyncio.sleep(0)  # let the transports' close callbacks run
+
+    def _close(self) -> None:
         # Closing the last TUN descriptor unregisters the device: ~20 ms of the
         # kernel waiting for RCU. On a worker thread, and nobody's request waits for
         # it; the backend tracks `closed()` so its close and settling still do.
-        self._closing = asyncio.get_running_loop().run_in_executor(None, self.fds.close)
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().run_in_executor(None, self.fds.close)
 
     async def closed(self) -> None:
-        """Wait until the namespace's descriptors are closed (after stop)."""
-        if self._closing is not None:
-            await self._closing
+        """Stop serving, close the namespace's descriptors, and wait until they are
+        closed."""
+        await self.stop()
+        assert self._closing is not None
+        await self._closing
 
     def close_unstarted(self) -> None:
         """For a session whose sandbox failed before it was started (blocking ok)."""

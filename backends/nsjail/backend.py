@@ -42,7 +42,14 @@ from backends.base import (
     SandboxBackend,
     pass_gate,
 )
-from backends.capture.host import DO_NOTHING, Capture, HostCapture, TracerHub, idle_child
+from backends.capture.host import (
+    DO_NOTHING,
+    Capture,
+    HostCapture,
+    TracerHub,
+    idle_child,
+    wait_idle,
+)
 from backends.capture.record import Behaviour
 from backends.ceilings import clamp as clamp_limits
 from backends.cgroups import CgroupError, CgroupManager, detect
@@ -107,6 +114,9 @@ class NsjailBackend(SandboxBackend):
         )
         self._filling: collections.Counter[str] = collections.Counter()
         self._demand = Demand()
+        # The limits of each language's latest request: what a sandbox made ahead is
+        # primed with, since the next request most likely has the same.
+        self._shapes: dict[str, Limits] = {}
         self._fill_error = ""
         self._background: set[asyncio.Future[None]] = set()
         # Refills, and the teardown of sandboxes whose program has ended, wait for a
@@ -241,6 +251,7 @@ class NsjailBackend(SandboxBackend):
         language = spec.language
         if demand:  # the start-up smoke tests are not demand
             self._demand.record(language)
+            self._shapes[language] = spec.limits
         source = Source(
             take=lambda: self._take_pooled(language),
             dead=factory.dead,
@@ -352,7 +363,7 @@ class NsjailBackend(SandboxBackend):
             return self.capture.status()[1]
         assert sandbox.proc is not None
         try:
-            init = idle_child(sandbox.proc.pid)
+            init = sandbox.child or idle_child(sandbox.proc.pid)
         except OSError as exc:
             return f"cannot follow this sandbox: {exc}"
         return self.capture.follow(init, spec.language)
@@ -463,8 +474,38 @@ class NsjailBackend(SandboxBackend):
         self._fill_error = ""
         if self._closing:
             await factory.dispose(sandbox)
-        else:
-            self._pools[language].append(sandbox)
+            return
+        self._pools[language].append(sandbox)
+        await self._prime(factory, sandbox)
+
+    async def _prime(self, factory: SandboxFactory, sandbox: Sandbox) -> None:
+        """Off the request path, once the sandbox's interpreter waits for its code:
+        what a claim would otherwise do on its path (SandboxFactory.prime). Only
+        while no execution runs: under load the looks and the trip to a thread
+        would cost the executions more CPU than their claims save, and a claim
+        does it all itself as before. Looks from the loop (a look never blocks)."""
+        assert sandbox.proc is not None
+        pid = sandbox.proc.pid
+
+        def gone() -> bool:
+            return sandbox.claimed or sandbox.released or self._closing
+
+        def stop() -> bool:
+            return gone() or self.give_way.running > 0
+
+        while not gone():
+            if self.give_way.running > 0:
+                # One made while an execution ran: primed once they have stopped.
+                await self.give_way.wait(lambda: not gone())
+                continue
+            try:
+                child = await wait_idle(pid, until=stop)
+            except OSError:
+                return  # dead or stuck: the claim that takes it finds and records why
+            if child and not stop():
+                shape = self._shapes.get(sandbox.language)
+                await asyncio.to_thread(factory.prime, sandbox, child, shape)
+                return
 
     def _in_background(self, coro: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
         task = asyncio.ensure_future(coro)

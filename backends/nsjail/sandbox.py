@@ -7,11 +7,16 @@ make:    for one language: a tmpfs workspace (at the maximum size) with a
          joins the cgroup and execs nsjail, which starts the language's
          interpreter, which waits on the FIFO (or, with start_interpreter_ahead
          off, a launcher that waits for one line on stdin).
+prime:   once its interpreter waits for its code, and while no request has
+         claimed it (off the request path): give the cgroup the limits of
+         the language's latest request and take the usage baseline, so that
+         a claim of the same shape writes no limits and reads no usage.
 launch:  arm the egress proxy with the request's egress list, shrink the
          tmpfs to the request's disk size, stage the code and write the input
-         files, set the request's cgroup limits and take a usage baseline,
-         then hand the code over (backends/handover.py) as the deadline
-         starts, and feed the request's stdin.
+         files, set the request's cgroup limits (where they differ) and take a
+         usage baseline (unless primed), then hand the code over
+         (backends/handover.py) as the deadline starts, and feed the
+         request's stdin.
 finish:  kill anything left, then read usage and nsjail's log and collect
          output files; release (kill, unmount, remove the cgroup) follows, off
          the request's path once nothing of the program can run.
@@ -25,12 +30,13 @@ import asyncio
 import dataclasses
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from backends.attempts import close_fd, exited, open_pidfd, raise_start_error
-from backends.base import BackendError, ExecResult, ExecSpec, SandboxStartError, Usage
+from backends.base import BackendError, ExecResult, ExecSpec, Limits, SandboxStartError, Usage
 from backends.cgroups import CgroupError, CgroupLimits, CgroupManager, CgroupUsage, ExecCgroup
 from backends.egress.addresses import NameResolver
 from backends.egress.boundary import BoundaryError, open_boundary
@@ -67,6 +73,22 @@ SHIM_FAILED = 125
 IDLE_LIMITS = CgroupLimits(memory_bytes=128 * MIB, pids_max=16, cpu_quota_us=100_000)
 
 
+def fits_idle(limits: CgroupLimits) -> bool:
+    """Whether a sandbox waiting for its request fits in `limits` (see IDLE_LIMITS)."""
+    return (
+        limits.memory_bytes >= IDLE_LIMITS.memory_bytes and limits.pids_max >= IDLE_LIMITS.pids_max
+    )
+
+
+def cgroup_limits(limits: Limits) -> CgroupLimits:
+    """A request's limits as its sandbox's cgroup holds them."""
+    return CgroupLimits(
+        memory_bytes=limits.memory_mb * MIB,
+        pids_max=limits.pids + 1,  # + nsjail itself
+        cpu_quota_us=max(1000, int(limits.cpus * 100_000)),
+    )
+
+
 @dataclass(slots=True)
 class Sandbox:
     name: str
@@ -85,6 +107,13 @@ class Sandbox:
     pidfd: int = -1
     # The request's code, staged for its interpreter started ahead.
     staged: Staged | None = None
+    # Priming and claiming take turns (both on threads): a claim marks the sandbox
+    # claimed, and priming does nothing to a claimed sandbox.
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    claimed: bool = False
+    # Set by priming: the interpreter waiting for its code, and `baseline` was
+    # taken while it waited (nothing in the cgroup runs until the hand-over).
+    child: int = 0
 
     @property
     def alive(self) -> bool:
@@ -209,8 +238,30 @@ class SandboxFactory:
 
     # --- launch -----------------------------------------------------------------
 
+    def prime(self, sandbox: Sandbox, child: int, limits: Limits | None) -> None:
+        """Once `child` (the sandbox's interpreter) waits for its code: set `limits`
+        (the shape the language's requests had last; None: leave the idle ones) and
+        take the usage baseline, unless a request has claimed it (blocking; a
+        failure leaves both to the claim)."""
+        with sandbox.lock:
+            if sandbox.claimed or sandbox.released:
+                return
+            try:
+                shape = None if limits is None else cgroup_limits(limits)
+                # Never tighter than what an interpreter waiting is known to fit in:
+                # a claim of another shape must find it alive.
+                if shape is not None and fits_idle(shape):
+                    sandbox.cgroup.apply(shape)
+                sandbox.baseline = sandbox.cgroup.usage()
+            except (OSError, CgroupError) as exc:
+                log.debug("nsjail: cannot prime sandbox %s: %s", sandbox.name, exc)
+                return
+            sandbox.child = child
+
     def configure(self, sandbox: Sandbox, spec: ExecSpec) -> None:
         """Apply the request to a waiting sandbox (blocking)."""
+        with sandbox.lock:
+            sandbox.claimed = True
         runtime = self.settings.runtimes[spec.language]
         if spec.language != sandbox.language:
             raise BackendError(f"a {sandbox.language} sandbox cannot run {spec.language}")
@@ -228,16 +279,11 @@ class SandboxFactory:
                 sandbox.workspace, limits.disk_mb, runtime.filename, code, spec.files,
                 handover=handover,
             )  # fmt: skip
-            sandbox.cgroup.apply(
-                CgroupLimits(
-                    memory_bytes=limits.memory_mb * MIB,
-                    pids_max=limits.pids + 1,  # + nsjail itself
-                    cpu_quota_us=max(1000, int(limits.cpus * 100_000)),
-                )
-            )
+            sandbox.cgroup.apply(cgroup_limits(limits))  # writes only what differs
             sandbox.cgroup.reset_peak()
-            sandbox.baseline = sandbox.cgroup.usage()
-        except (OSError, WorkspaceError) as exc:
+            if not sandbox.child:  # not primed: taken now, before the hand-over
+                sandbox.baseline = sandbox.cgroup.usage()
+        except (OSError, CgroupError, WorkspaceError) as exc:
             raise BackendError(f"cannot prepare the sandbox for this request: {exc}") from exc
 
     async def execute(self, sandbox: Sandbox, spec: ExecSpec) -> ProcessOutcome:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import time
@@ -128,6 +129,34 @@ def test_v2_execution_cgroup_limits_usage_and_removal(tmp_path: Path) -> None:
         f.unlink()
     cgroup.remove()
     assert not d.exists()
+
+
+def test_limits_already_held_are_not_written_again(tmp_path: Path) -> None:
+    """A claim whose limits a primed sandbox already has writes nothing; any other
+    limits are written whole, and a write that failed leaves them unknown (the next
+    apply writes everything again)."""
+    root = tmp_path / "cg"
+    manager = V2Manager(root, "/execgate", fake_v2(root))
+    (root / "execgate").mkdir()
+    cgroup = manager.create("123-ab-2", LIMITS)
+    d = root / "execgate" / "123-ab-2"
+    assert cgroup.applied == LIMITS
+    (d / "pids.max").write_text("untouched")
+    cgroup.apply(LIMITS)
+    assert (d / "pids.max").read_text() == "untouched"
+    other = dataclasses.replace(LIMITS, pids_max=9)
+    cgroup.apply(other)
+    assert (d / "pids.max").read_text() == "9"
+    assert cgroup.applied == other
+    (d / "memory.max").unlink()
+    (d / "memory.max").mkdir()  # the write fails
+    with pytest.raises(OSError):
+        cgroup.apply(LIMITS)
+    assert cgroup.applied is None
+    (d / "memory.max").rmdir()
+    (d / "pids.max").write_text("untouched")
+    cgroup.apply(other)  # the same as before the failure, written again
+    assert (d / "pids.max").read_text() == "9"
 
 
 def test_v2_usage_on_old_kernels_is_zero_not_an_error(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.capture.host import IDLE_LOOK_MAX_S, IDLE_LOOK_S, idle_child
+from backends.capture.host import IDLE_LOOK_MAX_S, IDLE_LOOK_S, idle_child, wait_idle
 
 Procs = list[subprocess.Popen[bytes]]
 
@@ -119,3 +119,26 @@ def test_a_child_that_never_waits_runs_out_of_time(procs: Procs) -> None:
     proc = start(procs, "sleep 30")
     with pytest.raises(OSError, match=r"is not waiting after 1 s \(init \d+: .*sleep"):
         idle_child(proc.pid, 1.0)
+
+
+async def test_the_event_loop_looks_too(tmp_path: Path, procs: Procs) -> None:
+    """wait_idle (priming a pooled sandbox from the loop) finds what idle_child
+    finds, and stops looking once someone else looks (a claim took the sandbox)."""
+    fifo = tmp_path / "main.py"
+    os.mkfifo(fifo)
+    proc = start(procs, f"sh -c 'sleep 0.2; exec cat {fifo}'")
+    child = await wait_idle(proc.pid, 10.0)
+    assert os.path.basename(os.readlink(f"/proc/{child}/exe")) == "cat"
+    never = start(procs, "sleep 30")
+    looks = 0
+
+    def claimed() -> bool:
+        nonlocal looks
+        looks += 1
+        return looks > 3
+
+    assert await wait_idle(never.pid, 10.0, until=claimed) == 0
+    gone = start(procs, "exit 3")
+    gone.wait()
+    with pytest.raises(OSError, match="exited before its code was handed over"):
+        await wait_idle(gone.pid, 10.0)

@@ -18,8 +18,10 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from backends.base import Status
+from backends.base import Limits, Status
+from backends.cgroups import ExecCgroup, V1Cgroup, V2Cgroup
 from backends.nsjail.backend import NsjailBackend
+from backends.nsjail.sandbox import IDLE_LIMITS, Sandbox, cgroup_limits
 from backends.nsjail.settings import NsjailSettings
 from tests.backends.conformance import run
 from tests.backends.conftest import assert_nsjail_host_clean
@@ -77,6 +79,90 @@ async def test_a_pooled_sandbox_waits_in_its_interpreter(nsjail_settings: Nsjail
             assert cmdline.read().split(b"\0")[-2] == b"/code/main.py"
         result = await run(backend, "python", "print(1)")
         assert (result.status, result.stdout) == (Status.OK, b"1\n")
+
+
+# Forks until refused (or 100), each child waiting; prints how many it got.
+FORKS = """
+import os, time
+n = 0
+try:
+    while n < 100:
+        if os.fork() == 0:
+            time.sleep(3)
+            os._exit(0)
+        n += 1
+except OSError:
+    pass
+print(n)
+"""
+MEMORY_BOMB = "import os\nx = []\nwhile True:\n    x.append(os.urandom(1) * (16 << 20))"
+ROOMY = {"memory_mb": 320, "pids": 48}
+
+
+def held_pids_max(cgroup: ExecCgroup) -> str:
+    """pids.max as the kernel holds it."""
+    if isinstance(cgroup, V1Cgroup):
+        return (cgroup.dirs["pids"] / "pids.max").read_text().strip()
+    assert isinstance(cgroup, V2Cgroup)
+    return (cgroup.dir / "pids.max").read_text().strip()
+
+
+async def primed_roomy(backend: NsjailBackend) -> Sandbox:
+    """The pool's python sandbox, primed after a roomy request."""
+    assert (await run(backend, "python", "print(1)", **ROOMY)).status == Status.OK
+    await backend.wait_settled()
+    (sandbox,) = backend.waiting()
+    assert sandbox.child, "not primed"
+    roomy = cgroup_limits(backend.clamp(Limits(**{**run_limits(), **ROOMY})))
+    assert sandbox.cgroup.applied == roomy
+    assert held_pids_max(sandbox.cgroup) == str(roomy.pids_max)
+    return sandbox
+
+
+def run_limits() -> dict[str, float]:
+    # What tests.backends.conformance.run sends unless told otherwise.
+    return {"timeout_s": 10.0, "memory_mb": 256, "pids": 64, "disk_mb": 16}
+
+
+async def test_a_primed_sandbox_holds_a_request_to_its_own_limits(
+    nsjail_settings: NsjailSettings,
+) -> None:
+    """A sandbox waiting in the pool is primed, off the request path, with the
+    limits its language's latest request had. A request of a tighter shape that
+    claims it is still held to its own: programs that push against the pids and
+    memory limits stop where that request's limits are, not the roomy ones."""
+    async with backend_with(nsjail_settings, warm_pool_size=1) as backend:
+        await primed_roomy(backend)
+        tight = await run(backend, "python", FORKS, timeout_s=5.0, pids=8)
+        assert tight.status == Status.OK, tight.stderr
+        # pids.max is 9 (+ nsjail): the interpreter and at most 7 children.
+        assert 1 <= int(tight.stdout) <= 8, tight.stdout
+        await primed_roomy(backend)
+        roomy = await run(backend, "python", FORKS, timeout_s=5.0, **ROOMY)
+        assert int(roomy.stdout) > 8  # the same program, where the limit allows more
+        await primed_roomy(backend)
+        bomb = await run(backend, "python", MEMORY_BOMB, memory_mb=48)
+        assert bomb.status == Status.OOM
+        assert bomb.usage.max_rss_kb <= 48 * 1024
+        await assert_nsjail_host_clean(backend)
+
+
+async def test_a_shape_an_idle_interpreter_would_not_fit_is_not_primed(
+    nsjail_settings: NsjailSettings,
+) -> None:
+    """Priming never tightens a waiting sandbox below its idle limits: the next
+    request, of whatever shape, must find its interpreter alive."""
+    async with backend_with(nsjail_settings, warm_pool_size=1) as backend:
+        result = await run(backend, "python", "print(1)", pids=4, memory_mb=64)
+        assert result.status == Status.OK, result.stderr
+        await backend.wait_settled()
+        (sandbox,) = backend.waiting()
+        assert sandbox.child  # primed: its baseline, not the tight limits
+        assert sandbox.cgroup.applied == IDLE_LIMITS
+        assert held_pids_max(sandbox.cgroup) == str(IDLE_LIMITS.pids_max)
+        again = await run(backend, "python", "print(2)")
+        assert (again.status, again.stdout) == (Status.OK, b"2\n")
+        await assert_nsjail_host_clean(backend)
 
 
 async def test_nothing_of_one_execution_is_visible_to_the_next(
