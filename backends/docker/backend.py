@@ -36,7 +36,6 @@ from backends.base import (
     SandboxBackend,
     SandboxEvent,
     Status,
-    pass_gate,
 )
 from backends.capture.host import DO_NOTHING, Capture, HostCapture, TracerHub
 from backends.capture.record import Behaviour
@@ -276,8 +275,8 @@ class DockerBackend(SandboxBackend):
             if self.host_capture:
                 # Claimed now: what the launcher did while it waited is not this run's.
                 capture = await self.host_trace.begin(container.pid, spec.language, skip_pid=1)
-            await pass_gate(spec)
-            # Handed over from here on: whatever happens is this run's result.
+            # Handed over once the gate has passed (inside execute, overlapping the
+            # request's framing): whatever happens from there is this run's result.
             outcome = await factory.execute(container, spec)
             ended = True
             network: tuple[NetworkAttempt, ...] = ()

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import json
 import shutil
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,21 +87,27 @@ class TracedFactory(ContainerFactory):
         # request went in: what the launcher did before (its start) is not the code's.
         self.tails: dict[str, TraceTail] = {}
 
-    async def execute(self, container: Container, spec: ExecSpec) -> Outcome:
+    async def execute(
+        self, container: Container, spec: ExecSpec, ready: Awaitable[object] | None = None
+    ) -> Outcome:
         plan = self.plan
         if not plan.on:
-            return await super().execute(container, spec)
+            return await super().execute(container, spec, ready)
         parser = TraceParser(plan.recorder(spec.language), plan.names)
         tail = TraceTail(plan.directory / container.id, parser)
-        await asyncio.to_thread(tail.mark)
+        # Where the log stands, taken while the gate is waited for: the launcher,
+        # blocked reading its request, logs nothing until the hand-over.
+        marked = asyncio.ensure_future(asyncio.to_thread(tail.mark))
         self.tails[container.id] = tail
-        watch = asyncio.ensure_future(_watch(tail))
+        watch = asyncio.ensure_future(_watch(tail, marked))
         try:
-            return await super().execute(container, spec)
+            return await super().execute(container, spec, _both(marked, ready))
         finally:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
+            if not marked.done():
+                marked.cancel()  # the thread finishes alone; nothing reads the tail
 
     async def finish(self, container: Container, spec: ExecSpec, outcome: Outcome) -> ExecResult:
         result = await super().finish(container, spec, outcome)
@@ -301,9 +308,16 @@ class GvisorBackend(DockerBackend):
             raise BackendError(f"gVisor not in use: the probe's root is {root_fs!r}")
 
 
-async def _watch(tail: TraceTail) -> None:
+async def _both(first: Awaitable[object], second: Awaitable[object] | None) -> None:
+    await first
+    if second is not None:
+        await second
+
+
+async def _watch(tail: TraceTail, marked: Awaitable[object]) -> None:
     """While the program runs: a log growing fast (a flood) is read and freed as it
     grows, so it never holds much more than WATCH_BYTES on the host."""
+    await marked
     while True:
         await asyncio.sleep(WATCH_INTERVAL_S)
         if await asyncio.to_thread(tail.pending) >= WATCH_BYTES:

@@ -31,11 +31,12 @@ import logging
 import secrets
 import signal
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
 from backends.attempts import close_fd, exited, open_pidfd, raise_start_error
-from backends.base import BackendError, ExecResult, ExecSpec, SandboxStartError
+from backends.base import BackendError, ExecResult, ExecSpec, SandboxStartError, pass_gate
 from backends.cgroups import remove_container_leftovers
 from backends.docker.config import (
     Shape,
@@ -264,7 +265,12 @@ class ContainerFactory:
 
     # --- launch -----------------------------------------------------------------
 
-    async def execute(self, container: Container, spec: ExecSpec) -> Outcome:
+    async def execute(
+        self, container: Container, spec: ExecSpec, ready: Awaitable[object] | None = None
+    ) -> Outcome:
+        """Hand the request over and follow it to its end. The hand-over waits for
+        the spec's gate (the gateway's durable record of the start) and for `ready`
+        (a subclass's own preparation): both overlap the request's framing."""
         s = self.settings
         try:
             code = spec.code.encode("utf-8")
@@ -297,6 +303,9 @@ class ContainerFactory:
                 header["proxy_relay"] = list(RELAY_TARGET)
         parts = [request_header(header), code, payload]
         parts += [f.content for f in spec.files] + [spec.stdin]
+        await pass_gate(spec)
+        if ready is not None:
+            await ready
         started = time.monotonic()
         hit = asyncio.Event()
         protocol_error: list[str] = []

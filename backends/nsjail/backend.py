@@ -284,10 +284,12 @@ class NsjailBackend(SandboxBackend):
             over = True
             # Nothing runs in the sandbox now: what it did is complete, and the three
             # accounts of it are read at once.
-            egress, finished, behaviour = await asyncio.gather(
+            # The capture's end first: its barrier wakes a thread on every CPU, and
+            # those wake-ups then overlap the rest instead of following it.
+            behaviour, egress, finished = await asyncio.gather(
+                self.capture.end(capture),
                 sandbox.egress.finish(),
                 asyncio.to_thread(factory.finish, sandbox, spec, outcome),
-                self.capture.end(capture),
                 return_exceptions=True,
             )
             ended = not isinstance(behaviour, BaseException)
