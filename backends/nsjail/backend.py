@@ -256,7 +256,7 @@ class NsjailBackend(SandboxBackend):
             take=lambda: self._take_pooled(language),
             dead=factory.dead,
             make=lambda: factory.make(self._next_name(), language),
-            discard=lambda sandbox: self._in_background(factory.dispose(sandbox)),
+            discard=lambda sandbox: self._in_background(self._discard_waiting(sandbox)),
         )
         s = self.settings
         try:
@@ -347,6 +347,7 @@ class NsjailBackend(SandboxBackend):
         """Dispose of `sandbox` once its claim's thread is done with it; `when_quiet`
         (nothing of its program runs any more): after giving way to executions."""
         await asyncio.wait([claim])
+        self.capture.drop(self._take_primed(sandbox))  # the claim took it, unless it failed first
         if when_quiet:
             await self.give_way.wait(lambda: not self._closing)
         await factory.dispose(sandbox)
@@ -360,15 +361,40 @@ class NsjailBackend(SandboxBackend):
     def _claim(self, factory: SandboxFactory, sandbox: Sandbox, spec: ExecSpec) -> Capture | str:
         """Apply the request to the sandbox, then attribute what it does from now on
         to this execution (blocking)."""
-        factory.configure(sandbox, spec)
-        if not self.capture.status()[0]:
-            return self.capture.status()[1]
+        try:
+            factory.configure(sandbox, spec)  # marks it claimed: priming stops here
+        except BaseException:
+            self.capture.drop(self._take_primed(sandbox))
+            raise
+        primed = self._take_primed(sandbox)
+        on, why = self.capture.status()
+        if not on:
+            self.capture.drop(primed)
+            return why
+        if primed is not None:
+            # Followed since priming, while its interpreter waited: what counts starts
+            # now, as it would from a registration made now.
+            primed.since_ns = time.monotonic_ns()
+            return primed
         assert sandbox.proc is not None
         try:
             init = sandbox.child or idle_child(sandbox.proc.pid)
         except OSError as exc:
             return f"cannot follow this sandbox: {exc}"
         return self.capture.follow(init, spec.language)
+
+    def _take_primed(self, sandbox: Sandbox) -> Capture | None:
+        """The capture priming registered for `sandbox`, now the caller's to use or
+        drop (once: None after that)."""
+        with sandbox.lock:
+            sandbox.claimed = True  # no longer the pool's: priming leaves it alone
+            primed, sandbox.capture = sandbox.capture, None
+        return primed
+
+    async def _discard_waiting(self, sandbox: Sandbox) -> None:
+        """Dispose of a sandbox no request has used, and of what priming registered."""
+        self.capture.drop(self._take_primed(sandbox))
+        await self._require_factory().dispose(sandbox)
 
     # --- the pool of sandboxes made ahead ---------------------------------------------
 
@@ -419,23 +445,21 @@ class NsjailBackend(SandboxBackend):
         return f"{self._prefix}-{next(self._counter)}"
 
     async def _dispose_pooled(self) -> None:
-        factory = self._require_factory()
         for pool in self._pools.values():
             while pool:
-                await factory.dispose(pool.popleft())
+                await self._discard_waiting(pool.popleft())
 
     def _take_pooled(self, language: str) -> Sandbox | None:
         """The oldest waiting sandbox of `language` young enough, or None; whether
         it is still alive is the caller's check (backends/attempts.py), so that one
         that died while it waited is recorded, not just dropped."""
-        factory = self._require_factory()
         max_age = self.settings.warm_max_age_s
         pool = self._pools[language]
         while pool:
             sandbox = pool.popleft()
             if time.monotonic() - sandbox.created < max_age:
                 return sandbox
-            self._in_background(factory.dispose(sandbox))
+            self._in_background(self._discard_waiting(sandbox))
         return None
 
     def _replenish(self) -> None:
@@ -444,10 +468,9 @@ class NsjailBackend(SandboxBackend):
         if self._closing:
             return
         targets = self._demand.shares(self.settings.warm_pool_size, self._default_language())
-        factory = self._require_factory()
         for language, pool in self._pools.items():
             while len(pool) + self._filling[language] > targets.get(language, 0) and pool:
-                self._in_background(factory.dispose(pool.popleft()))
+                self._in_background(self._discard_waiting(pool.popleft()))
         for language, target in targets.items():
             while len(self._pools[language]) + self._filling[language] < target:
                 self._filling[language] += 1
@@ -506,8 +529,24 @@ class NsjailBackend(SandboxBackend):
                 return  # dead or stuck: the claim that takes it finds and records why
             if child and not stop():
                 shape = self._shapes.get(sandbox.language)
-                await asyncio.to_thread(factory.prime, sandbox, child, shape)
+                await asyncio.to_thread(self._prime_sync, factory, sandbox, child, shape)
                 return
+
+    def _prime_sync(
+        self, factory: SandboxFactory, sandbox: Sandbox, child: int, shape: Limits | None
+    ) -> None:
+        factory.prime(sandbox, child, shape)
+        # Followed from now (the claim moves the record's start to itself), once the
+        # runtime's own baseline is known: a recorder made before it would count the
+        # runtime's doings as the code's.
+        if not sandbox.child or sandbox.language not in self.capture.baselines:
+            return
+        with sandbox.lock:
+            if sandbox.claimed or sandbox.released or sandbox.capture is not None:
+                return
+            followed = self.capture.follow(child, sandbox.language)
+            if isinstance(followed, Capture):
+                sandbox.capture = followed
 
     def _in_background(self, coro: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
         task = asyncio.ensure_future(coro)

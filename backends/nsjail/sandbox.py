@@ -37,6 +37,7 @@ from pathlib import Path
 
 from backends.attempts import close_fd, exited, open_pidfd, raise_start_error
 from backends.base import BackendError, ExecResult, ExecSpec, Limits, SandboxStartError, Usage
+from backends.capture.host import Capture
 from backends.cgroups import CgroupError, CgroupLimits, CgroupManager, CgroupUsage, ExecCgroup
 from backends.egress.addresses import NameResolver
 from backends.egress.boundary import BoundaryError, open_boundary
@@ -114,6 +115,10 @@ class Sandbox:
     # Set by priming: the interpreter waiting for its code, and `baseline` was
     # taken while it waited (nothing in the cgroup runs until the hand-over).
     child: int = 0
+    # Set by priming with behaviour capture on: the tracer already follows the
+    # sandbox (backends/capture/host.py's Capture; the claim takes it, whoever
+    # disposes of the sandbox unclaimed drops it).
+    capture: Capture | None = None
 
     @property
     def alive(self) -> bool:

@@ -13,17 +13,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
 
 from backends.base import Limits, Status
+from backends.capture.host import TracerHub
+from backends.capture.settings import CaptureSettings
 from backends.cgroups import ExecCgroup, V1Cgroup, V2Cgroup
 from backends.nsjail.backend import NsjailBackend
 from backends.nsjail.sandbox import IDLE_LIMITS, Sandbox, cgroup_limits
 from backends.nsjail.settings import NsjailSettings
-from tests.backends.conformance import run
+from tests.backends.conformance import run, run_captured
 from tests.backends.conftest import assert_nsjail_host_clean
 from tests.backends.warm_cases import CASES, assert_no_trail, assert_runs_as_cold
 from tests.waiting import until
@@ -163,6 +166,53 @@ async def test_a_shape_an_idle_interpreter_would_not_fit_is_not_primed(
         again = await run(backend, "python", "print(2)")
         assert (again.status, again.stdout) == (Status.OK, b"2\n")
         await assert_nsjail_host_clean(backend)
+
+
+async def test_a_primed_sandbox_is_followed_and_lets_go_when_unused(
+    nsjail_settings: NsjailSettings, tracer_hub: TracerHub
+) -> None:
+    """With behaviour capture on, priming also registers the waiting sandbox with
+    the host tracer. The claim takes that registration: the record holds the code's
+    own attempt, complete. A primed sandbox disposed of unclaimed (the pool turning
+    to another language, the backend closing) leaves no registration behind."""
+    settings = nsjail_settings.model_copy(
+        update={"warm_pool_size": 1, "capture": CaptureSettings()}
+    )
+    backend = NsjailBackend(settings, tracers=tracer_hub)
+    await backend.start()
+    try:
+        tracer = backend.capture.tracer
+        assert tracer is not None, backend.capture_status()
+        await backend.wait_settled()
+        (sandbox,) = backend.waiting()
+        assert sandbox.capture is not None, "not followed while it waited"
+        assert sandbox.capture.ns in tracer.demux.captures
+        probe = f"/tmp/execgate-probe-primed-{secrets.token_hex(4)}"
+        code = f"try:\n    open({probe!r})\nexcept OSError:\n    pass\n"
+        result = await run_captured(backend, "python", code)
+        behaviour = result.behaviour
+        assert behaviour is not None and not behaviour.reason.startswith("incomplete")
+        assert {f.path for f in behaviour.files if f.path.startswith("/tmp/execgate-probe")} == {
+            probe
+        }
+        assert sandbox.capture is None  # the claim's now, and ended with its record
+        # The pool turns to bash: the primed python sandbox goes, unclaimed.
+        await backend.wait_settled()
+        (waiting,) = backend.waiting()
+        assert waiting.capture is not None
+        unclaimed = waiting.capture.ns
+        for _ in range(3):
+            assert (await run(backend, "bash", "echo hi")).stdout == b"hi\n"
+        await backend.wait_settled()
+        assert backend.ready_languages() == {"bash": 1}
+        assert unclaimed not in tracer.demux.captures
+        (last,) = backend.waiting()
+        assert last.capture is not None
+        closing = last.capture.ns
+    finally:
+        await backend.close()
+    assert closing not in tracer.demux.captures
+    await assert_nsjail_host_clean(backend)
 
 
 async def test_nothing_of_one_execution_is_visible_to_the_next(
