@@ -100,14 +100,16 @@ class TracedFactory(ContainerFactory):
         marked = asyncio.ensure_future(asyncio.to_thread(tail.mark))
         self.tails[container.id] = tail
         watch = asyncio.ensure_future(_watch(tail, marked))
+        # A task, not a bare coroutine: a gate that refuses leaves it unawaited.
+        both = asyncio.ensure_future(_both(marked, ready))
         try:
-            return await super().execute(container, spec, _both(marked, ready))
+            return await super().execute(container, spec, both)
         finally:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
-            if not marked.done():
-                marked.cancel()  # the thread finishes alone; nothing reads the tail
+            if not both.done():
+                both.cancel()  # the mark's thread finishes alone; nothing reads the tail
 
     async def finish(self, container: Container, spec: ExecSpec, outcome: Outcome) -> ExecResult:
         result = await super().finish(container, spec, outcome)
