@@ -44,6 +44,7 @@ from backends.base import (
 )
 from backends.capture.host import (
     DO_NOTHING,
+    IDLE_LOOK_MAX_S,
     Capture,
     HostCapture,
     TracerHub,
@@ -426,7 +427,9 @@ class NsjailBackend(SandboxBackend):
             while True:
                 while self._background:
                     await asyncio.gather(*self._background, return_exceptions=True)
-                pids = [s.proc.pid for s in self.waiting() if s.proc is not None]
+                # Primed ones were found waiting already (nothing wakes them but a claim).
+                waiting = [s for s in self.waiting() if s.proc is not None and not s.child]
+                pids = [s.proc.pid for s in waiting if s.proc is not None]
                 left = max(0.0, deadline - time.monotonic())
                 # A sandbox that died waiting is the next claim's to find and record.
                 await asyncio.gather(
@@ -521,7 +524,8 @@ class NsjailBackend(SandboxBackend):
         while not gone():
             if self.give_way.running > 0:
                 # One made while an execution ran: primed once they have stopped.
-                await self.give_way.wait(lambda: not gone())
+                if not await self.give_way.wait(lambda: not gone()):
+                    await asyncio.sleep(IDLE_LOOK_MAX_S)  # giving way is off: no spin
                 continue
             try:
                 child = await wait_idle(pid, until=stop)

@@ -108,8 +108,9 @@ class Sandbox:
     pidfd: int = -1
     # The request's code, staged for its interpreter started ahead.
     staged: Staged | None = None
-    # Priming and claiming take turns (both on threads): a claim marks the sandbox
-    # claimed, and priming does nothing to a claimed sandbox.
+    # Priming and claiming take turns (both on threads): a claim, or a disposal of
+    # the sandbox unused, marks it claimed (no longer the pool's), and priming does
+    # nothing to a claimed sandbox.
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     claimed: bool = False
     # Set by priming: the interpreter waiting for its code, and `baseline` was
@@ -284,7 +285,7 @@ class SandboxFactory:
                 sandbox.workspace, limits.disk_mb, runtime.filename, code, spec.files,
                 handover=handover,
             )  # fmt: skip
-            sandbox.cgroup.apply(cgroup_limits(limits))  # writes only what differs
+            sandbox.cgroup.apply(cgroup_limits(limits))  # nothing written if primed alike
             sandbox.cgroup.reset_peak()
             if not sandbox.child:  # not primed: taken now, before the hand-over
                 sandbox.baseline = sandbox.cgroup.usage()

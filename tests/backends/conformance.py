@@ -59,6 +59,10 @@ ECHO_STDIN = {
 }
 
 
+# What `run` asks for unless told otherwise.
+RUN_LIMITS: dict[str, float] = {"timeout_s": 10.0, "memory_mb": 256, "pids": 64, "disk_mb": 16}
+
+
 async def run(
     backend: SandboxBackend,
     language: str,
@@ -71,8 +75,7 @@ async def run(
     if language not in backend.capabilities.languages:
         # Every backend here serves python, bash and javascript when its runtimes exist.
         missing_component(f"{backend.name} does not serve {language} (runtime missing?)")
-    base = {"timeout_s": 10.0, "memory_mb": 256, "pids": 64, "disk_mb": 16}
-    base.update(limits)
+    base: dict[str, float] = {**RUN_LIMITS, **limits}
     spec = ExecSpec(
         execution_id=f"exe_conformance_{next(_ids)}",
         language=language,

@@ -26,7 +26,7 @@ from backends.cgroups import ExecCgroup, V1Cgroup, V2Cgroup
 from backends.nsjail.backend import NsjailBackend
 from backends.nsjail.sandbox import IDLE_LIMITS, Sandbox, cgroup_limits
 from backends.nsjail.settings import NsjailSettings
-from tests.backends.conformance import run, run_captured
+from tests.backends.conformance import RUN_LIMITS, run, run_captured
 from tests.backends.conftest import assert_nsjail_host_clean
 from tests.backends.warm_cases import CASES, assert_no_trail, assert_runs_as_cold
 from tests.waiting import until
@@ -116,15 +116,10 @@ async def primed_roomy(backend: NsjailBackend) -> Sandbox:
     await backend.wait_settled()
     (sandbox,) = backend.waiting()
     assert sandbox.child, "not primed"
-    roomy = cgroup_limits(backend.clamp(Limits(**{**run_limits(), **ROOMY})))
+    roomy = cgroup_limits(backend.clamp(Limits(**{**RUN_LIMITS, **ROOMY})))
     assert sandbox.cgroup.applied == roomy
     assert held_pids_max(sandbox.cgroup) == str(roomy.pids_max)
     return sandbox
-
-
-def run_limits() -> dict[str, float]:
-    # What tests.backends.conformance.run sends unless told otherwise.
-    return {"timeout_s": 10.0, "memory_mb": 256, "pids": 64, "disk_mb": 16}
 
 
 async def test_a_primed_sandbox_holds_a_request_to_its_own_limits(
