@@ -143,6 +143,8 @@ async def test_the_host_canaries_see_what_they_watch(canary_dir: Path) -> None:
         Path("/tmp", host.token + "-left").write_text("x")
         try:
             os.kill(host.facts["pid"], 19)  # SIGSTOP
+            # Delivered when the process next runs: on a busy machine, a moment later.
+            await until(lambda: _state(host.facts["pid"]) == "T", what="the canary stopped")
             found = await host.findings()
         finally:
             Path("/tmp", host.token + "-left").unlink()
@@ -180,3 +182,9 @@ async def test_weakened_docker_backends_go_red(
         await assert_escaped(backend, ids, canary_dir, backend.engine.credentials)
     finally:
         await backend.close()
+
+
+def _state(pid: int) -> str:
+    """A process's state letter, from /proc/PID/stat."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
