@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -258,6 +259,17 @@ async def _services_ctx(app: web.Application) -> AsyncIterator[None]:
             yield
         finally:
             await selftest.stop()
+
+
+async def freeze_startup_heap(app: web.Application) -> None:
+    """For a process that serves one gateway (`execgate serve`), after everything has
+    started: what start-up made (the policy engine, settings, routes, pools) lives as
+    long as the process, so it is moved out of the cyclic collector's reach. A full
+    collection walked all of it (~100,000 objects): 61 ms, a request stalled for that
+    long about once in 1,000 (measured on the no-op backend). Not in `create_app`: a
+    process that makes and drops many apps (tests) would keep each one's garbage."""
+    gc.collect()
+    gc.freeze()
 
 
 def create_app(settings: Settings, *, tracers: TracerHub | None = None) -> web.Application:

@@ -29,7 +29,7 @@ _SUFFIX_LANG = {
 def serve(args: argparse.Namespace, settings: Settings) -> int:
     from aiohttp import web
 
-    from gateway.app import StartupError, create_app
+    from gateway.app import StartupError, create_app, freeze_startup_heap
     from gateway.policy.base import PolicyEngineError
     from gateway.policy.compiler import OpaNotFound, find_opa_binary
 
@@ -46,8 +46,10 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     # SIGTERM: the listener closes, running requests get shutdown_grace_s to finish, the
     # rest are cancelled (their sandboxes killed, audited), then services close.
     try:
+        app = create_app(settings)
+        app.on_startup.append(freeze_startup_heap)  # after the services' cleanup context
         web.run_app(
-            create_app(settings),
+            app,
             host=host,
             port=port,
             access_log=None,

@@ -25,9 +25,12 @@ async def credentials_for(
     settings: EgressSettings, tenant: str, egress: tuple[str, ...]
 ) -> tuple[Credential, ...]:
     """The tenant's secrets whose destination the decision's egress list allows."""
+    provisioned = settings.secrets.get(tenant)
+    if not provisioned or not egress:  # the common case, on every execution's path
+        return ()
     rules = Rules(egress)
     wanted: list[tuple[str, EgressSecretSettings]] = []
-    for name, secret in sorted(settings.secrets.get(tenant, {}).items()):
+    for name, secret in sorted(provisioned.items()):
         host, _, port = secret.destination.rpartition(":")
         if rules.match(host, int(port)) is not None:
             wanted.append((name, secret))

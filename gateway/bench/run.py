@@ -7,6 +7,7 @@ temporary audit log, state and key, and driven by a real HTTP client.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import subprocess
@@ -22,7 +23,7 @@ from backends import SandboxBackend, backend_class
 from backends.base import ExecSpec, Limits
 from backends.capture.host import TracerHub
 from backends.egress.boundary import BoundaryFds, open_boundary
-from gateway.app import create_app
+from gateway.app import create_app, freeze_startup_heap
 from gateway.appkeys import SERVICES
 from gateway.bench.docker import docker_bench, render_docker
 from gateway.bench.measure import percentiles, throughput, timed
@@ -69,6 +70,7 @@ class Gateway:
         from gateway.auth.tokens import load_or_create_dev_secret, mint_token
 
         app = create_app(self.settings, tracers=self.tracers)
+        app.on_startup.append(freeze_startup_heap)  # as `execgate serve` does
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -121,6 +123,7 @@ class Gateway:
             await self.session.close()
         if self.runner is not None:
             await self.runner.cleanup()
+        gc.unfreeze()  # the next gateway of the run freezes its own start-up
 
 
 async def run_bench(runs: int) -> dict[str, Any]:

@@ -27,9 +27,10 @@ def _refuse(
     ctx: ExecContext, svc: Services, reason: str, message: str, **extra: Any
 ) -> GatewayError:
     """A refused token: `approval.refused` (reason, approval, parts that differ) goes
-    into the request's audit chain ahead of its terminal record."""
+    into the request's audit chain ahead of its terminal record (queued: that record
+    takes it along, one fsync for both)."""
     ctx.audit_pending.append(
-        svc.audit.submit("approval.refused", **ctx.audit_fields(), reason=reason, **extra)
+        svc.audit.queue("approval.refused", **ctx.audit_fields(), reason=reason, **extra)
     )
     return GatewayError(errors.APPROVAL_INVALID, message, reason=reason, **extra)
 

@@ -26,7 +26,7 @@ async def review(ctx: ExecContext, svc: Services) -> None:
     fields = {**ctx.audit_fields(), "backend": ctx.backend}
     records = []
     if behaviour is not None and behaviour.capture == "on" and not behaviour.empty:
-        records.append(svc.audit.submit("execution.behaviour", **fields, **behaviour.as_dict()))
+        records.append(svc.audit.queue("execution.behaviour", **fields, **behaviour.as_dict()))
     if svc.settings.review.enabled and worth_review(result):
         doc = review_input(
             ctx.execution_id, ctx.request.language, ctx.backend or "", ctx.principal.sub,
@@ -54,9 +54,11 @@ async def review(ctx: ExecContext, svc: Services) -> None:
                 await svc.reviews.notify(
                     ctx.execution_id, ctx.principal.tenant, ctx.backend or "", flags
                 )
-        records.append(svc.audit.submit("execution.review", **fields, **ctx.review))
+        records.append(svc.audit.queue("execution.review", **fields, **ctx.review))
     # The execution's own records (queued by dispatch) with these: all durable before
-    # the result is stored for anyone to read, in one batch.
+    # the result is stored for anyone to read, in one batch. Queued, not submitted: a
+    # submitted record wakes the writer, and one made after an await (the notify above)
+    # could miss that batch and cost an fsync of its own.
     svc.audit.kick()
     await asyncio.gather(*records, *ctx.audit_pending)
     svc.store.finished(ctx.execution_id, render_result(ctx))

@@ -229,6 +229,18 @@ async def test_behaviour_reviewed_flagged_and_recorded_before_the_answer(svc: Se
     assert stored["result"]["behaviour"]["flags"] == rendered["flags"]
 
 
+async def test_a_request_costs_two_fsyncs_whatever_it_records(svc: Services) -> None:
+    """Its start before the hand-over, everything else before the answer: behaviour,
+    review, attempts and the finish go in one batch (a record submitted on its own
+    wakes the writer, and one made after an await could need a second fsync)."""
+    svc.backends["noop"] = TriedThings()
+    before = svc.audit.fsyncs
+    await Pipeline(svc).run(context({"language": "python", "code": "print(1)"}))
+    types = [r["type"] for r in records(svc)]
+    assert {"execution.behaviour", "execution.review", "execution.finished"} <= set(types)
+    assert svc.audit.fsyncs - before == 2
+
+
 async def test_a_review_the_engine_cannot_answer_is_recorded_not_fatal(svc: Services) -> None:
     svc.backends["noop"] = TriedThings()
     engine = svc.engine
