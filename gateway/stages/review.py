@@ -57,8 +57,8 @@ async def review(ctx: ExecContext, svc: Services) -> None:
         records.append(svc.audit.queue("execution.review", **fields, **ctx.review))
     # The execution's own records (queued by dispatch) with these: all durable before
     # the result is stored for anyone to read, in one batch. Queued, not submitted: a
-    # submitted record wakes the writer, and one made after an await (the notify above)
-    # could miss that batch and cost an fsync of its own.
+    # submitted record wakes the writer, and one made after an await (the engine's review
+    # on the OPA server, the notify) missed that batch: a third fsync.
     svc.audit.kick()
     await asyncio.gather(*records, *ctx.audit_pending)
     svc.store.finished(ctx.execution_id, render_result(ctx))

@@ -6,6 +6,7 @@ ones are exercised end to end in tests/gateway/ingress/test_rest.py.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import errno
 import json
@@ -63,6 +64,7 @@ class FakeEngine:
 
     async def review(self, input: dict[str, Any]) -> dict[str, Any] | None:
         self.reviewed.append(input)
+        await asyncio.sleep(0)  # as the OPA server's answer does: other tasks run meanwhile
         return self.review_answer
 
     async def health(self) -> tuple[bool, str]:
