@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Check a make target's prerequisites before its recipe runs, and name what to install.
-# Usage: deploy/require.sh TARGET NEED...   (NEED: python venv go certs libs runtimes ip)
+# Usage: deploy/require.sh TARGET NEED...
+#   (NEED: python venv go certs libs runtimes ip nsjail-build)
 # Every missing one is listed (package names for Debian 12 and Ubuntu 24.04), then it
 # exits 1, so a fresh machine stops here rather than with `command not found` mid-recipe.
 set -uo pipefail
@@ -55,6 +56,19 @@ for want in "$@"; do
     ip)
       PATH="$PATH:/usr/sbin:/sbin" have ip \
         || need "ip (the tests inspect sandboxes' network namespaces with it): apt-get install iproute2"
+      ;;
+    nsjail-build)
+      # deploy/nsjail/build.sh: nsjail from source, linked statically (the -dev packages
+      # carry the static libraries it links).
+      have python3 || need "python3 (fetches nsjail's source): apt-get install python3"
+      have g++ && have gcc || need "a C and C++ compiler (nsjail): apt-get install g++"
+      have make || need "make: apt-get install make"
+      have pkg-config || need "pkg-config (nsjail's Makefile): apt-get install pkg-config"
+      have bison && have flex || need "bison and flex (kafel, nsjail's seccomp compiler): apt-get install bison flex"
+      have protoc || need "protoc (nsjail's config): apt-get install protobuf-compiler"
+      have_lib libprotobuf.a || need "libprotobuf.a (nsjail, linked statically): apt-get install libprotobuf-dev"
+      have_lib libnl-route-3.a || need "libnl-route-3.a (nsjail, linked statically): apt-get install libnl-route-3-dev"
+      { have readelf && have strip && have nm; } || need "binutils (readelf, nm, strip): apt-get install binutils"
       ;;
     *)
       echo "deploy/require.sh: unknown prerequisite '$want'" >&2

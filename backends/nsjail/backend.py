@@ -566,6 +566,7 @@ class NsjailBackend(SandboxBackend):
     def _start_sync(self) -> None:
         s = self.settings
         check_binary(self.binary)
+        log.info("nsjail: %s", self.binary)  # which build runs the sandboxes
         check_root(s)
         self._languages = available_languages(s)
         try:

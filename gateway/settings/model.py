@@ -22,7 +22,12 @@ from gateway.settings.ingress import McpSettings, RouteSettings
 ENV_PREFIX = "EXECGATE_"
 # EXECGATE_* variables that are not gateway settings: the config path, and what the
 # CLI and the test suite read for themselves.
-NOT_SETTINGS = frozenset({"CONFIG", "URL", "TOKEN", "LOG_LEVEL", "OPA_BIN", "REGEN_GOLDEN"})
+NOT_SETTINGS = frozenset(
+    {"CONFIG", "URL", "TOKEN", "LOG_LEVEL", "OPA_BIN", "NSJAIL_BIN", "REGEN_GOLDEN"}
+)
+# What `make` built on this machine (the Makefile exports them): a gateway started as a
+# subprocess with a clean EXECGATE_* environment still runs the same OPA and nsjail.
+BUILT_TOOLS_ENV = frozenset({"EXECGATE_OPA_BIN", "EXECGATE_NSJAIL_BIN"})
 
 
 class SettingsError(Exception):

@@ -19,6 +19,7 @@ from backends.capture.host import TracerHub
 from backends.capture.settings import CaptureSettings
 from backends.docker.backend import DockerBackend
 from backends.nsjail.backend import NsjailBackend
+from backends.nsjail.host import NSJAIL_BIN_ENV
 from backends.nsjail.settings import NsjailSettings
 from tests.components import missing_component
 
@@ -26,6 +27,17 @@ from tests.components import missing_component
 def require_root() -> None:
     if os.geteuid() != 0:
         missing_component("the nsjail backend needs root (mounts, uid maps, cgroups)")
+
+
+def built_nsjail() -> Path:
+    """`make nsjail`'s build, as the Makefile points the suite at it."""
+    configured = os.environ.get(NSJAIL_BIN_ENV, "")
+    if not configured:
+        missing_component(f"${NSJAIL_BIN_ENV} is not set: run the suite with `make test`")
+    path = Path(configured)
+    if not path.is_file():
+        missing_component(f"${NSJAIL_BIN_ENV} names {path}, which is not built (`make nsjail`)")
+    return path
 
 
 @pytest.fixture

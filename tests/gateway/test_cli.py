@@ -16,13 +16,15 @@ from aiohttp.test_utils import TestServer
 from gateway.app import create_app
 from gateway.audit.log import AuditLog
 from gateway.auth.keys import load_or_create_dev_secret
-from gateway.settings.model import Settings
+from gateway.settings.model import BUILT_TOOLS_ENV, Settings
 
 EXECGATE = [sys.executable, "-m", "gateway"]
 
 
 def cli_env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EXECGATE_")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("EXECGATE_") or k in BUILT_TOOLS_ENV
+    }
     env.update(
         EXECGATE_AUDIT_PATH=settings.audit.path,
         EXECGATE_AUTH_HS256_SECRET_FILE=settings.auth.hs256_secret_file,

