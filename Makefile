@@ -69,7 +69,7 @@ $(NSJAIL):
 	bash deploy/nsjail/build.sh '$(NSJAIL_SOURCE_URL)' $(NSJAIL_SOURCE_SHA256) $(NSJAIL_DIR)
 
 # OPA on 127.0.0.1:8181 serving policies/ as a hot-reloaded bundle, decision logs in var/opa/.
-opa-run: $(STAMP) $(OPA) $(NSJAIL)
+opa-run: $(STAMP) $(OPA)
 	deploy/opa/run.sh
 
 # The docker backends' sandbox image, built locally (debootstrap + docker import) and
