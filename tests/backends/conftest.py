@@ -37,6 +37,8 @@ def built_nsjail() -> Path:
     path = Path(configured)
     if not path.is_file():
         missing_component(f"${NSJAIL_BIN_ENV} names {path}, which is not built (`make nsjail`)")
+    if not (path.parent / "BUILDINFO").is_file():
+        missing_component(f"${NSJAIL_BIN_ENV} names {path}, which is not `make nsjail`'s build")
     return path
 
 
