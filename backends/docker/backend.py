@@ -40,7 +40,7 @@ from backends.base import (
 from backends.capture.host import DO_NOTHING, Capture, HostCapture, TracerHub
 from backends.capture.record import Behaviour
 from backends.ceilings import clamp as clamp_limits
-from backends.docker.config import LAUNCHER_SOURCE, Shape, reads_unbuffered
+from backends.docker.config import LAUNCHER_SOURCE, Shape, launcher_command, reads_unbuffered
 from backends.docker.engine import Engine
 from backends.docker.etc import make_etc_dir, remove_etc_dir
 from backends.docker.image import default_image
@@ -154,7 +154,7 @@ class DockerBackend(SandboxBackend):
         s = self.settings
         await self.engine.ping()
         image_id = await self.engine.image_id(self.image)
-        launcher = await asyncio.to_thread(LAUNCHER_SOURCE.read_text)
+        launcher = await asyncio.to_thread(lambda: launcher_command(LAUNCHER_SOURCE.read_text()))
         seccomp = await asyncio.to_thread(self._seccomp_json)
         if self._etc_dir is None:
             # gVisor's sandboxes ask the sinkhole's resolver across the veth; runc's,

@@ -35,20 +35,29 @@ it as it would have run the file. An interpreter that exited before the request
 again, cold, once the code is there.
 """
 
-import contextlib
 import ctypes
 import errno
-import fcntl
-import hashlib
-import json
 import os
-import resource
-import selectors
-import signal
+import select
 import stat
 import struct
 import sys
 import time
+
+# This file's start-up is part of every container's, so it imports only what every
+# request needs, and not through modules whose own imports cost more than the work:
+# signal.py turns every constant into an enum and json.decoder compiles regular
+# expressions, which together were a third of this process's start-up (and far more
+# under gVisor's ptrace platform, where every file an import opens is a round trip).
+# Their C halves do the same work; the public modules stay the fallback.
+try:
+    import _signal as signal
+except ImportError:  # pragma: no cover - an interpreter without the C module
+    import signal
+try:
+    import _json
+except ImportError:  # pragma: no cover
+    _json = None
 
 CHUNK = 1 << 16
 WORKSPACE = "/workspace"
@@ -78,6 +87,61 @@ def read_exact(size):
     return b"".join(chunks)
 
 
+class _Strict:
+    """What _json's scanner reads from json.JSONDecoder: plain, strict JSON."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+
+    @staticmethod
+    def parse_constant(name):
+        raise ValueError(f"{name} is not JSON")
+
+
+def json_loads(text):
+    """The host's JSON (the request header, the program to start ahead)."""
+    if _json is None:
+        import json
+
+        return json.loads(text)
+    try:
+        value, end = _json.make_scanner(_Strict)(text, 0)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if text[end:].strip(" \t\n\r"):
+        raise ValueError("extra data after the JSON value")
+    return value
+
+
+def json_dumps(report):
+    """A report: a flat object of strings, integers, booleans and nulls."""
+    if _json is None:
+        import json
+
+        return json.dumps(report)
+    quote = _json.encode_basestring_ascii
+    items = []
+    for key, value in report.items():
+        if value is None or isinstance(value, bool):
+            text = {None: "null", True: "true", False: "false"}[value]
+        elif isinstance(value, int):
+            text = str(int(value))
+        else:
+            text = quote(str(value))
+        items.append(quote(key) + ":" + text)
+    return "{" + ",".join(items) + "}"
+
+
+def sha256(data=b""):
+    # Only input files need digests: hashlib (and libcrypto) load when one comes.
+    import hashlib
+
+    return hashlib.sha256(data)
+
+
 def plain_path(path):
     parts = path.split("/")
     if (
@@ -91,9 +155,10 @@ def plain_path(path):
     return parts
 
 
-def write_stream(path, size, mode):
-    """Copy `size` bytes of stdin into a new file (never through a link)."""
-    digest = hashlib.sha256()
+def write_stream(path, size, mode, digest=False):
+    """Copy `size` bytes of stdin into a new file (never through a link); with
+    `digest`, return the sha256 of what was written."""
+    digest = sha256() if digest else None
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(path, flags, mode)
     try:
@@ -101,14 +166,15 @@ def write_stream(path, size, mode):
             chunk = os.read(0, min(size, CHUNK))
             if not chunk:
                 raise EOFError
-            digest.update(chunk)
+            if digest is not None:
+                digest.update(chunk)
             view = memoryview(chunk)
             while view:
                 view = view[os.write(fd, view) :]
             size -= len(chunk)
     finally:
         os.close(fd)
-    return digest.digest()
+    return digest.digest() if digest is not None else b""
 
 
 def receive_files(request, warm=None):
@@ -139,7 +205,7 @@ def receive_files(request, warm=None):
             except FileExistsError:
                 if not stat.S_ISDIR(os.lstat(directory).st_mode):
                     raise ValueError(f"input file {path!r} collides with another") from None
-        inputs[path] = write_stream(os.path.join(WORKSPACE, path), size, 0o644)
+        inputs[path] = write_stream(os.path.join(WORKSPACE, path), size, 0o644, digest=True)
     return code_path, inputs
 
 
@@ -179,8 +245,10 @@ class Warm:
     def close_pipes(self):
         for fd in (self.stdin_w, self.out_r, self.err_r, self.fifo):
             if fd >= 0:
-                with contextlib.suppress(OSError):
+                try:
                     os.close(fd)
+                except OSError:
+                    pass
         self.fifo = -1
 
 
@@ -230,6 +298,8 @@ def hand_over(warm):
     if size > 1 << 16:
         for want in (size, 1 << 20):
             try:
+                import fcntl
+
                 fcntl.fcntl(warm.fifo, F_SETPIPE_SZ, want)
                 break
             except OSError:
@@ -276,14 +346,18 @@ def start_relay(target):
         slots = threading.BoundedSemaphore(64)
 
         def pipe(src, dst):
-            with contextlib.suppress(OSError):
+            try:
                 while True:
                     data = src.recv(CHUNK)
                     if not data:
                         break
                     dst.sendall(data)
-            with contextlib.suppress(OSError):
+            except OSError:
+                pass
+            try:
                 dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
 
         def serve(client):
             try:
@@ -311,8 +385,10 @@ def kill_everything(pid=None):
     return the wait status of `pid` if it was among them."""
     status = None
     while True:
-        with contextlib.suppress(ProcessLookupError):
+        try:
             os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         try:
             while True:
                 found, code = os.waitpid(-1, os.WNOHANG)
@@ -334,16 +410,16 @@ def supervise(request, stdin_left, stdin_w, out_r, err_r, pid, code_feed=(-1, -1
         os.set_blocking(fd, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
-    sel = selectors.DefaultSelector()
-    sel.register(wake_r, selectors.EVENT_READ)
-    sel.register(out_r, selectors.EVENT_READ, b"O")
-    sel.register(err_r, selectors.EVENT_READ, b"E")
+    poller = select.poll()
+    for fd in (wake_r, out_r, err_r):
+        poller.register(fd, select.POLLIN)
+    frame_kind = {out_r: b"O", err_r: b"E"}
     fifo, source = code_feed
     if fifo >= 0:
-        sel.register(fifo, selectors.EVENT_WRITE, b"C")
+        poller.register(fifo, select.POLLOUT)
     pending = b""
     if stdin_left:
-        sel.register(0, selectors.EVENT_READ)
+        poller.register(0, select.POLLIN)
     else:
         os.close(stdin_w)
         stdin_w = -1
@@ -353,25 +429,26 @@ def supervise(request, stdin_left, stdin_w, out_r, err_r, pid, code_feed=(-1, -1
     # Until the program has exited and both pipes are closed (a program may close
     # its stdout early and go on).
     while open_streams or status is None:
-        timeout = max(0.0, deadline - time.monotonic())
-        for key, _ in sel.select(timeout if status is None else 1.0):
-            fd = key.fd
+        timeout = max(0.0, deadline - time.monotonic()) if status is None else 1.0
+        # Any event on a descriptor (hang-up and error too) is answered by the read or
+        # write it was watched for, which then sees the end or the error.
+        for fd, _ in poller.poll(int(timeout * 1000 + 0.999)):
             if fd == wake_r:
                 os.read(wake_r, 4096)
             elif fd == fifo:
-                sel.unregister(fifo)
+                poller.unregister(fifo)
                 fifo, source = feed_code(fifo, source)
                 if fifo >= 0:
-                    sel.register(fifo, selectors.EVENT_WRITE, b"C")
+                    poller.register(fifo, select.POLLOUT)
             elif fd == 0:
                 chunk = os.read(0, min(stdin_left, CHUNK))
                 if not chunk:
                     raise EOFError
                 stdin_left -= len(chunk)
                 pending += chunk
-                sel.unregister(0)
+                poller.unregister(0)
                 if stdin_w >= 0:
-                    sel.register(stdin_w, selectors.EVENT_WRITE)
+                    poller.register(stdin_w, select.POLLOUT)
             elif fd == stdin_w:
                 try:
                     pending = pending[os.write(stdin_w, pending) :]
@@ -380,18 +457,18 @@ def supervise(request, stdin_left, stdin_w, out_r, err_r, pid, code_feed=(-1, -1
                     # (the container ends before the host could block on it).
                     pending, stdin_left = b"", 0
                 if not pending:
-                    sel.unregister(stdin_w)
+                    poller.unregister(stdin_w)
                     if stdin_left:
-                        sel.register(0, selectors.EVENT_READ)
+                        poller.register(0, select.POLLIN)
                     else:
                         os.close(stdin_w)
                         stdin_w = -1
             else:
                 chunk = os.read(fd, CHUNK)
                 if chunk:
-                    send(key.data, chunk)
+                    send(frame_kind[fd], chunk)
                 else:
-                    sel.unregister(fd)
+                    poller.unregister(fd)
                     open_streams -= 1
         if status is None:
             status = reap(pid)
@@ -446,7 +523,7 @@ def send_files(request, inputs):
         if content is None:
             send(b"S", f"{rel}: not a regular file or over {max_file} bytes".encode())
             continue
-        if rel in inputs and hashlib.sha256(content).digest() == inputs[rel]:
+        if rel in inputs and sha256(content).digest() == inputs[rel]:
             continue  # an input file, unchanged
         if sent >= max_files:
             send(b"S", f"{rel}: more than {max_files} output files".encode())
@@ -514,7 +591,7 @@ def main():
     warm = None
     ahead = os.environ.get("EXECGATE_AHEAD")
     if ahead:
-        ahead = json.loads(ahead)
+        ahead = json_loads(ahead)
         if ahead.get("proxy_relay"):
             start_relay(ahead["proxy_relay"])  # bound before the program starts
         warm = start_ahead(ahead)
@@ -523,7 +600,7 @@ def main():
         size = struct.unpack(">I", read_exact(4))[0]
     except EOFError:
         return 0  # never used (the host went away): kill -1 ends the interpreter
-    request = json.loads(read_exact(size))
+    request = json_loads(read_exact(size).decode("utf-8"))
     try:
         if warm is not None and request.get("fresh") and not warm.exited:
             # The host would rather have this code read from the file by an
@@ -537,7 +614,7 @@ def main():
     except (OSError, ValueError) as exc:
         full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
         problem = "the code and input files do not fit in the disk limit" if full else str(exc)
-        send(b"X", json.dumps({"nonce": request["nonce"], "setup_error": problem}).encode())
+        send(b"X", json_dumps({"nonce": request["nonce"], "setup_error": problem}).encode())
         return 125
     if warm is not None and not warm.exited:
         pid, stdin_w, out_r, err_r = warm.pid, warm.stdin_w, warm.out_r, warm.err_r
@@ -550,6 +627,8 @@ def main():
     )
     full = disk_full()
     send_files(request, inputs)
+    import resource
+
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     report = {
         "nonce": request["nonce"],
@@ -559,7 +638,7 @@ def main():
         "cpu_ms": int((usage.ru_utime + usage.ru_stime) * 1000),
         "max_rss_kb": usage.ru_maxrss,
     }
-    send(b"X", json.dumps(report).encode())
+    send(b"X", json_dumps(report).encode())
     if status is None:
         return 137
     if os.WIFSIGNALED(status):

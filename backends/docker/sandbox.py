@@ -31,7 +31,7 @@ import logging
 import secrets
 import signal
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,7 +105,7 @@ class ContainerFactory:
         instance: Instance,
         backend_name: str,
         image: str,
-        launcher: str,
+        launcher: Sequence[str],
         seccomp_json: str,
         boundary: bool = False,
         holder_runtime: str = "",

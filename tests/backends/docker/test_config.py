@@ -26,7 +26,7 @@ LABELS = {"execgate.instance": "1-abc"}
 
 
 def test_runc_container_request() -> None:
-    body = container_request(DockerSettings(), "img:1", SHAPE, LABELS, "LAUNCHER")
+    body = container_request(DockerSettings(), "img:1", SHAPE, LABELS, ["-c", "LAUNCHER"])
     host = body.pop("HostConfig")
     assert body == {
         "Image": "img:1",
@@ -75,7 +75,9 @@ def test_runc_container_request() -> None:
 
 
 def test_gvisor_counts_processes_inside_the_sandbox() -> None:
-    body = container_request(GvisorSettings(), "img:1", SHAPE, LABELS, "L", seccomp_json="{}")
+    body = container_request(
+        GvisorSettings(), "img:1", SHAPE, LABELS, ["-c", "L"], seccomp_json="{}"
+    )
     host = body["HostConfig"]
     assert host["Runtime"] == "runsc"
     assert host["PidsLimit"] == 1024  # a backstop for gVisor's own threads
@@ -85,7 +87,9 @@ def test_gvisor_counts_processes_inside_the_sandbox() -> None:
 
 
 def test_generated_etc_files_replace_the_engines() -> None:
-    body = container_request(DockerSettings(), "img:1", SHAPE, LABELS, "L", etc_dir="/dev/shm/e")
+    body = container_request(
+        DockerSettings(), "img:1", SHAPE, LABELS, ["-c", "L"], etc_dir="/dev/shm/e"
+    )
     rprivate = {"Propagation": "rprivate"}
     assert body["HostConfig"]["Mounts"] == [
         {"Type": "bind", "Source": f"/dev/shm/e/{name}", "Target": f"/etc/{name}",
