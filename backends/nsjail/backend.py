@@ -64,6 +64,7 @@ from backends.nsjail.host import (
     default_nsjail_binary,
     owner_alive,
     prepare_state_dir,
+    shim_beside,
 )
 from backends.nsjail.sandbox import Sandbox, SandboxFactory
 from backends.nsjail.seccomp_audit import SeccompWatcher, syscall_names
@@ -566,7 +567,9 @@ class NsjailBackend(SandboxBackend):
     def _start_sync(self) -> None:
         s = self.settings
         check_binary(self.binary)
-        log.info("nsjail: %s", self.binary)  # which build runs the sandboxes
+        shim = shim_beside(self.binary)
+        # Which build runs the sandboxes, and what starts it.
+        log.info("nsjail: %s, started by %s", self.binary, shim or "a /bin/sh script")
         check_root(s)
         self._languages = available_languages(s)
         try:
@@ -579,7 +582,7 @@ class NsjailBackend(SandboxBackend):
         self._reap(owner_alive)
         self._factory = self.Factory(
             s, self.binary, self.etc_dir, self.policy_path, self.workspaces, self.cgroups,
-            self.egress_resolver,
+            self.egress_resolver, shim,
         )  # fmt: skip
 
     def _reap(self, keep: Callable[[str], bool]) -> None:

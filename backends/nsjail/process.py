@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import subprocess
 import threading
@@ -80,12 +81,13 @@ class _Capture:
 
 
 class JailProcess:
-    """nsjail (behind its shim), started from a thread inside the sandbox's network
-    namespace: asyncio's subprocess API starts children from the event loop's
-    thread only, in the gateway's own namespace, which cost an `nsenter` exec per
-    sandbox to move into the boundary's. The pipes are the loop's (as asyncio's
-    own), and the exit is learnt from a pidfd on the loop, with no watcher thread
-    per process."""
+    """nsjail (behind its shim, which joins the sandbox's network namespace; the
+    /bin/sh one is started from a thread inside it instead), started from a worker
+    thread: asyncio's subprocess API starts children from the event loop's thread
+    only, in the gateway's own namespace, which cost an `nsenter` exec per sandbox
+    to move into the boundary's. The pipes are the loop's (as asyncio's own), and
+    the exit is learnt from a pidfd on the loop, with no watcher thread per
+    process."""
 
     def __init__(self, popen: subprocess.Popen[bytes], pidfd: int) -> None:
         self.pid = popen.pid
@@ -134,7 +136,8 @@ async def spawn(
     argv: Sequence[str], pass_fds: Sequence[int], netns: int | None = None
 ) -> JailProcess:
     """Start argv with an empty environment and piped stdin, stdout, stderr, in the
-    network namespace `netns` (a descriptor; None: the gateway's own)."""
+    network namespace `netns` (a descriptor; None: the gateway's own, or the one
+    argv's shim joins)."""
 
     def start() -> tuple[subprocess.Popen[bytes], int]:
         if netns is not None:
@@ -151,7 +154,10 @@ async def spawn(
             popen.wait()
             raise
 
-    started = asyncio.ensure_future(asyncio.to_thread(run_in_thread, start))
+    # Joining a namespace taints the thread that does it: that one is a thread of
+    # its own, which ends.
+    on_thread = start if netns is None else functools.partial(run_in_thread, start)
+    started = asyncio.ensure_future(asyncio.to_thread(on_thread))
     try:
         popen, pidfd = await asyncio.shield(started)
     except asyncio.CancelledError:

