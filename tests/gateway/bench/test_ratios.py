@@ -71,6 +71,20 @@ def test_every_goal_of_the_issue_has_a_row_computed_from_its_two_measurements() 
         assert row["goal"].startswith(("<= ", ">= ")) and row["label"] and row["unit"]
 
 
+def test_the_verdict_is_the_figures_not_its_roundings() -> None:
+    # 63.8 / 128.3 = 0.4973: shown as 0.497x, and below the >= 0.5x goal.
+    results = full_results()
+    results["gateway_nsjail_throughput"] = [rate(63.8)]
+    results["bare_python_throughput"] = [rate(128.3)]
+    results["gateway_nsjail"] = p50(10.004)  # a hair over the <= 1x goal
+    rows = {row["key"]: row for row in evaluate(results)}
+    assert rows["gateway_nsjail_vs_bare_c4"]["value"] == 0.497
+    assert rows["gateway_nsjail_vs_bare_c4"]["met"] is False
+    assert rows["gateway_nsjail_vs_bare_p50"]["value"] == 1.0
+    assert rows["gateway_nsjail_vs_bare_p50"]["met"] is False
+    assert any("0.497x" in line and line.endswith("missed") for line in render(list(rows.values())))
+
+
 def test_a_missing_or_skipped_measurement_is_not_measured_never_met() -> None:
     results = full_results()
     del results["gateway_healthz"]
