@@ -37,7 +37,9 @@ again, cold, once the code is there.
 
 import ctypes
 import errno
+import fcntl
 import os
+import resource
 import select
 import stat
 import struct
@@ -58,6 +60,16 @@ try:
     import _json
 except ImportError:  # pragma: no cover
     _json = None
+# Built into Debian's interpreter (no file to open, unlike hashlib's libcrypto). Nothing
+# is imported after start-up: an import during a request would be its latency, and
+# under gVisor its file lookups would sit in the execution's syscall trace.
+try:
+    from _sha256 import sha256
+except ImportError:  # pragma: no cover - 3.12+ names it _sha2; others: hashlib
+    try:
+        from _sha2 import sha256
+    except ImportError:
+        from hashlib import sha256
 
 CHUNK = 1 << 16
 WORKSPACE = "/workspace"
@@ -133,13 +145,6 @@ def json_dumps(report):
             text = quote(str(value))
         items.append(quote(key) + ":" + text)
     return "{" + ",".join(items) + "}"
-
-
-def sha256(data=b""):
-    # Only input files need digests: hashlib (and libcrypto) load when one comes.
-    import hashlib
-
-    return hashlib.sha256(data)
 
 
 def plain_path(path):
@@ -298,8 +303,6 @@ def hand_over(warm):
     if size > 1 << 16:
         for want in (size, 1 << 20):
             try:
-                import fcntl
-
                 fcntl.fcntl(warm.fifo, F_SETPIPE_SZ, want)
                 break
             except OSError:
@@ -627,8 +630,6 @@ def main():
     )
     full = disk_full()
     send_files(request, inputs)
-    import resource
-
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     report = {
         "nonce": request["nonce"],
