@@ -160,10 +160,9 @@ def plain_path(path):
     return parts
 
 
-def write_stream(path, size, mode, digest=False):
-    """Copy `size` bytes of stdin into a new file (never through a link); with
-    `digest`, return the sha256 of what was written."""
-    digest = sha256() if digest else None
+def write_stream(path, size, mode):
+    """Copy `size` bytes of stdin into a new file (never through a link)."""
+    digest = sha256()
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(path, flags, mode)
     try:
@@ -171,15 +170,14 @@ def write_stream(path, size, mode, digest=False):
             chunk = os.read(0, min(size, CHUNK))
             if not chunk:
                 raise EOFError
-            if digest is not None:
-                digest.update(chunk)
+            digest.update(chunk)
             view = memoryview(chunk)
             while view:
                 view = view[os.write(fd, view) :]
             size -= len(chunk)
     finally:
         os.close(fd)
-    return digest.digest() if digest is not None else b""
+    return digest.digest()
 
 
 def receive_files(request, warm=None):
@@ -210,7 +208,7 @@ def receive_files(request, warm=None):
             except FileExistsError:
                 if not stat.S_ISDIR(os.lstat(directory).st_mode):
                     raise ValueError(f"input file {path!r} collides with another") from None
-        inputs[path] = write_stream(os.path.join(WORKSPACE, path), size, 0o644, digest=True)
+        inputs[path] = write_stream(os.path.join(WORKSPACE, path), size, 0o644)
     return code_path, inputs
 
 
