@@ -7,13 +7,18 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
+import pathlib
 import subprocess
+import sys
 
 import pytest
 
 from backends.docker import launcher
 from backends.docker.config import LAUNCHER_SOURCE, launcher_command
+from tests.components import missing_component
 
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 PYTHON = "/usr/bin/python3"  # the sandbox image's interpreter is Debian's too
 # Modules whose import cost every container start paid for little use (the launcher
 # header says why); a request without input files needs none of them.
@@ -131,3 +136,72 @@ def test_nothing_is_imported_once_a_request_has_come() -> None:
             elif isinstance(node, ast.ImportFrom):
                 late.setdefault(function.name, set()).add(node.module or "")
     assert late == LATE_IMPORTS_ALLOWED
+
+
+# PID 1 of a private pid namespace (as the launcher is in its container) with what a
+# program may leave behind: a chain that forks its successor and exits, processes
+# forking as fast as they can, a stopped one, one that holds its orphans as a
+# subreaper, one in a session of its own, and the program's own zombie.
+KILL_EVERYTHING = r"""
+import ctypes, json, os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+from backends.docker import launcher
+
+def child(body):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            body()
+        finally:
+            os._exit(0)
+    return pid
+
+def refork():
+    while True:
+        if os.fork() != 0:
+            os._exit(0)
+
+def breed():  # forks as fast as it can (bounded: the namespace has no pids limit)
+    for _ in range(300):
+        child(lambda: time.sleep(3600))
+    while True:
+        child(lambda: None)
+        os.waitpid(-1, os.WNOHANG)
+
+def stopped():
+    os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(3600)
+
+def subreaper():
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    for _ in range(3):
+        child(lambda: child(lambda: time.sleep(3600)))
+    time.sleep(3600)
+
+def session():
+    os.setsid()
+    child(lambda: time.sleep(3600))
+    time.sleep(3600)
+
+program = child(lambda: os._exit(7))
+for body in (refork, refork, breed, stopped, subreaper, session):
+    child(body)
+time.sleep(0.3)
+status = launcher.kill_everything(program)
+left = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != 1)
+print(json.dumps({"status": status, "left": left}))
+"""
+
+
+def test_kill_everything_leaves_only_itself_and_reports_the_program() -> None:
+    if os.geteuid() != 0:
+        missing_component("a private pid namespace (unshare --pid) needs root")
+    proc = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+         KILL_EVERYTHING, str(ROOT)],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    assert found["left"] == []  # nothing but PID 1 in the namespace
+    assert os.WIFEXITED(found["status"]) and os.WEXITSTATUS(found["status"]) == 7
