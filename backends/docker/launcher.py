@@ -79,6 +79,8 @@ F_SETPIPE_SZ = 1031  # fcntl's name for it is 3.10+
 # How long the interpreter started ahead may take to reach its code file before the
 # launcher says it is ready all the same (the hand-over then still works).
 AHEAD_WAIT_S = 20.0
+# Connections the gVisor proxy relay carries at once; more are closed as they come.
+RELAY_CONNECTIONS = 64
 
 
 def send(kind, payload=b""):
@@ -336,54 +338,94 @@ def feed_code(fifo, source):
 def start_relay(target):
     """docker-gvisor with egress: the program's proxy address, 127.0.0.1:3128, is on
     gVisor's own loopback; relay it to the gateway's proxy on the container's link.
-    Bound before the program starts; the relay child dies with everything else."""
+
+    Bound before the program starts; served by threads of this process (PID 1, which
+    nothing in the sandbox can kill or trace), started by `serve()` once no fork is to
+    follow, and shut down by `stop()` once the program's processes are dead. A relay
+    process of its own had to be killed and waited for at the end of every execution,
+    ~2 ms under gVisor, where waking a blocked task is slow. Returns (serve, stop).
+    """
+    import _thread
     import socket
-    import threading
 
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 3128))
     listener.listen(64)
-    if os.fork() != 0:
-        listener.close()
-        return
-    try:
-        os.closerange(0, 3)  # never a byte on the framed stream
-        slots = threading.BoundedSemaphore(64)
+    lock = _thread.allocate_lock()
+    held = {listener}  # every socket of the relay, shut down by stop()
+    state = {"stopped": False, "active": 0}
 
-        def pipe(src, dst):
-            try:
-                while True:
-                    data = src.recv(CHUNK)
-                    if not data:
-                        break
-                    dst.sendall(data)
-            except OSError:
-                pass
-            try:
-                dst.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
+    def hold(sock):
+        with lock:
+            if state["stopped"]:
+                raise OSError("the relay is stopped")
+            held.add(sock)
 
-        def serve(client):
-            try:
-                with client, socket.create_connection(tuple(target), timeout=10) as up:
+    def pipe(src, dst, done=None):
+        try:
+            while True:
+                data = src.recv(CHUNK)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        if done is not None:
+            done.release()
+
+    def relay(client):
+        try:
+            with client:
+                hold(client)
+                with socket.create_connection(tuple(target), timeout=10) as up:
+                    hold(up)
                     up.settimeout(None)
-                    other = threading.Thread(target=pipe, args=(up, client), daemon=True)
-                    other.start()
+                    done = _thread.allocate_lock()
+                    done.acquire()
+                    _thread.start_new_thread(pipe, (up, client, done))
                     pipe(client, up)
-                    other.join()
+                    done.acquire()  # both directions over
+        except OSError:
+            pass
+        finally:
+            with lock:
+                state["active"] -= 1
+
+    def accept():
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # stopped
+            with lock:
+                room = state["active"] < RELAY_CONNECTIONS and not state["stopped"]
+                if room:
+                    state["active"] += 1
+            if not room:
+                client.close()
+                continue
+            _thread.start_new_thread(relay, (client,))
+
+    def serve():
+        _thread.start_new_thread(accept, ())
+
+    def stop():
+        with lock:
+            state["stopped"] = True
+            socks = list(held)
+        for sock in socks:  # their threads see the end; nothing more goes through
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-            finally:
-                slots.release()
+        listener.close()
 
-        while True:
-            client, _ = listener.accept()
-            slots.acquire()
-            threading.Thread(target=serve, args=(client,), daemon=True).start()
-    finally:
-        os._exit(0)
+    return serve, stop
 
 
 def kill_everything(pid=None):
@@ -607,11 +649,12 @@ def main():
     # /proc entries (its descriptors carry the frames). PR_SET_DUMPABLE = 4.
     ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
     warm = None
+    relay = None
     ahead = os.environ.get("EXECGATE_AHEAD")
     if ahead:
         ahead = json_loads(ahead)
         if ahead.get("proxy_relay"):
-            start_relay(ahead["proxy_relay"])  # bound before the program starts
+            relay = start_relay(ahead["proxy_relay"])  # bound before the program starts
         warm = start_ahead(ahead)
     wake_r = watch_children()
     send(b"R")
@@ -638,12 +681,16 @@ def main():
     if warm is not None and not warm.exited:
         pid, stdin_w, out_r, err_r = warm.pid, warm.stdin_w, warm.out_r, warm.err_r
     else:
-        if request.get("proxy_relay") and warm is None:
-            start_relay(request["proxy_relay"])
+        if request.get("proxy_relay") and relay is None:
+            relay = start_relay(request["proxy_relay"])
         pid, stdin_w, out_r, err_r = start_program(request, code_path)
+    if relay is not None:
+        relay[0]()  # threads: only now, with no fork to follow
     status, backstop = supervise(
         request, wake_r, request["stdin_bytes"], stdin_w, out_r, err_r, pid, code_feed
     )
+    if relay is not None:
+        relay[1]()  # the program's processes are all dead: nothing more of theirs leaves
     full = disk_full()
     send_files(request, inputs)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -118,8 +118,15 @@ async def test_a_pooled_container_waits_in_its_interpreter() -> None:
         assert os.path.basename(os.readlink(f"/proc/{child}/exe")).startswith("python3")
         with open(f"/proc/{child}/cmdline", "rb") as cmdline:
             assert cmdline.read().split(b"\0")[-2] == b"/code/main.py"
-        with open(f"/proc/{child}/wchan") as wchan:
-            assert wchan.read().endswith("pipe_read")  # anon_pipe_read on 6.x
+        # Ready is sent once the interpreter has the FIFO open or is blocked opening
+        # it: its read follows a moment later.
+        for _ in range(200):
+            with open(f"/proc/{child}/wchan") as wchan:
+                waiting = wchan.read()
+            if waiting.endswith("pipe_read"):  # anon_pipe_read on 6.x
+                break
+            await asyncio.sleep(0.01)
+        assert waiting.endswith("pipe_read"), waiting
         result = await run(backend, "python", "print(1)")
         assert (result.status, result.stdout) == (Status.OK, b"1\n")
 
