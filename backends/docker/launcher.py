@@ -390,7 +390,7 @@ def start_relay(target):
                     _thread.start_new_thread(pipe, (up, client, done))
                     pipe(client, up)
                     done.acquire()  # both directions over
-        except OSError:
+        except (OSError, RuntimeError):  # RuntimeError: no thread to be had
             pass
         finally:
             with lock:
@@ -406,10 +406,14 @@ def start_relay(target):
                 room = state["active"] < RELAY_CONNECTIONS and not state["stopped"]
                 if room:
                     state["active"] += 1
-            if not room:
-                client.close()
-                continue
-            _thread.start_new_thread(relay, (client,))
+            if room:
+                try:
+                    _thread.start_new_thread(relay, (client,))
+                    continue
+                except RuntimeError:  # no thread: the uid's process limit is the program's too
+                    with lock:
+                        state["active"] -= 1
+            client.close()  # refused; the relay goes on
 
     def serve():
         _thread.start_new_thread(accept, ())
