@@ -46,7 +46,7 @@ from backends.docker.etc import make_etc_dir, remove_etc_dir
 from backends.docker.image import default_image
 from backends.docker.pool import Background, Pool
 from backends.docker.reaper import Instance, reap
-from backends.docker.sandbox import HOLDER_SUFFIX, Container, ContainerFactory
+from backends.docker.sandbox import Container, ContainerFactory
 from backends.docker.seccomp import bundled_profile
 from backends.docker.settings import DockerSettings
 from backends.egress.addresses import NameResolver
@@ -159,14 +159,14 @@ class DockerBackend(SandboxBackend):
         if self._etc_dir is None:
             # gVisor's sandboxes ask the sinkhole's resolver across the veth; runc's,
             # the gateway's resolver in their own namespace.
-            nameserver = GATEWAY_V4 if self.holder_runtime() else RESOLVER_HOST
+            nameserver = GATEWAY_V4 if self.egress_runtime() else RESOLVER_HOST
             try:
                 self._etc_dir = await asyncio.to_thread(make_etc_dir, nameserver)
             except OSError as exc:
                 raise BackendError(f"cannot write the sandboxes' /etc files: {exc}") from exc
         self._factory = self.make_factory(
             s, self.engine, self.instance, self.name, image_id, launcher, seccomp,
-            boundary=self.network_boundary, holder_runtime=self.holder_runtime(),
+            boundary=self.network_boundary, egress_runtime=self.egress_runtime(),
             resolver=self.egress_resolver, etc_dir=str(self._etc_dir),
         )  # fmt: skip
         await self.reap_leftovers()
@@ -317,12 +317,9 @@ class DockerBackend(SandboxBackend):
         await self._background.settle(timeout_s)
 
     async def own_containers(self) -> set[str]:
-        """Names of the containers the engine has for this instance (any state); a
-        gVisor sandbox's holder (NAME-net) counts as its sandbox, so one left behind
-        on its own is still reported."""
+        """Names of the containers the engine has for this instance (any state)."""
         found = await self.engine.containers(f"execgate.instance={self.instance.id}")
-        names = ((c.get("Names") or ["?"])[0].lstrip("/") for c in found)
-        return {name.removesuffix(HOLDER_SUFFIX) for name in names}
+        return {(c.get("Names") or ["?"])[0].lstrip("/") for c in found}
 
     def _require_factory(self) -> ContainerFactory:
         if self._factory is None:
@@ -443,9 +440,9 @@ class DockerBackend(SandboxBackend):
         """The maker of this backend's containers (docker-gvisor's reads their trace)."""
         return ContainerFactory(*args, **kwargs)
 
-    def holder_runtime(self) -> str:
-        """The runtime that joins a holder container's namespace ("": none, the
-        gateway furnishes the sandbox's own namespace)."""
+    def egress_runtime(self) -> str:
+        """The runtime that puts a sandbox in a namespace the gateway made and linked
+        to its sinkhole ("": none, the gateway furnishes the container's own)."""
         return ""
 
     async def verify_runtime(self, probe: dict[str, Any], state: dict[str, Any]) -> None:

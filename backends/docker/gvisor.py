@@ -129,7 +129,7 @@ class TracedFactory(ContainerFactory):
     async def _remove(self, cid: str, name: str, failed_start: bool = False) -> None:
         await super()._remove(cid, name, failed_start)
         self.tails.pop(cid, None)
-        # The trace goes with its container (a holder, runc, has none).
+        # The trace goes with its container.
         await asyncio.to_thread(shutil.rmtree, self.plan.directory / cid, True)
 
 
@@ -137,7 +137,7 @@ class GvisorBackend(DockerBackend):
     name = "docker-gvisor"
     Settings = GvisorSettings
     # runsc's netstack sees no socket the gateway puts in a container's namespace:
-    # each sandbox joins a runc holder's namespace, linked to the gateway's sinkhole
+    # each sandbox is put in a namespace the gateway makes, linked to its sinkhole
     # (backends/egress/veth.py), under a runtime whose netstack takes that link.
     # Without that runtime (egress_runtime = ""): no network at all, no egress.
     network_boundary = True
@@ -154,7 +154,7 @@ class GvisorBackend(DockerBackend):
         # `tracers`: accepted like every backend on the host's side; gVisor's record
         # comes from its own kernel, so none is used.
         super().__init__(settings, egress_resolver=egress_resolver, tracers=tracers)
-        self.network_boundary = bool(self.holder_runtime())
+        self.network_boundary = bool(self.egress_runtime())
         self.capture = CapturePlan()
 
     # --- behaviour capture ------------------------------------------------------
@@ -248,8 +248,8 @@ class GvisorBackend(DockerBackend):
         if self.capture.on:
             s = self.settings
             settings = settings.model_copy(update={"runtime": s.capture_runtime})
-            if kwargs.get("holder_runtime"):
-                kwargs["holder_runtime"] = s.capture_egress_runtime
+            if kwargs.get("egress_runtime"):
+                kwargs["egress_runtime"] = s.capture_egress_runtime
         return TracedFactory(self.capture, settings, *args, **kwargs)
 
     async def reap_leftovers(self) -> list[str]:
@@ -266,7 +266,7 @@ class GvisorBackend(DockerBackend):
                 await asyncio.to_thread(shutil.rmtree, directory / stale, True)
         return removed
 
-    def holder_runtime(self) -> str:
+    def egress_runtime(self) -> str:
         return str(getattr(self.settings, "egress_runtime", ""))
 
     def _seccomp_json(self) -> str:

@@ -13,9 +13,10 @@ dispose: remove the container (forcefully), whatever happened.
 With a network boundary (runc), make also furnishes the container's network
 namespace (/proc/PID1/ns/net) with the gateway's egress proxy, resolver and
 recorder (backends/egress/), and launch tells the program about the proxy. With
-gVisor (whose netstack sees no host socket) make first starts a holder container
-(runc, sleeping), links its namespace to a sinkhole the gateway serves
-(backends/egress/veth.py), and the gVisor container joins that namespace.
+gVisor (whose netstack sees no host socket) make first makes a namespace linked
+to a sinkhole the gateway serves (backends/egress/veth.py), and the container's
+runtime puts the sandbox in it (EGRESS_NETNS_VARIABLE, read and removed by
+deploy/docker/runsc-netns).
 
 A container is launched at most once and removed afterwards; `docker exec` is
 never used. Names and labels make every container traceable to its gateway.
@@ -28,12 +29,12 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import os
 import secrets
 import signal
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from backends.attempts import close_fd, exited, open_pidfd, raise_start_error
 from backends.base import BackendError, ExecResult, ExecSpec, SandboxStartError, pass_gate
@@ -59,7 +60,9 @@ from backends.handover import python_source
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 16
-HOLDER_SUFFIX = "-net"  # a gVisor sandbox's holder container: its name + this
+# The container's variable that names its network namespace for the runtime
+# (runsc-egress), which takes it out of the spec before the sandbox starts.
+EGRESS_NETNS_VARIABLE = "EXECGATE_NETNS"
 # After the kill, how long the stream and the engine may take to report the end.
 SETTLE_TIMEOUT_S = 15.0
 
@@ -75,9 +78,7 @@ class Container:
     created: float = dataclasses.field(default_factory=time.monotonic)
     stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     egress: EgressSession | None = None
-    holder: str = ""  # the id of the container whose namespace it joined (gVisor)
-    holder_name: str = ""
-    # Readable once the container's (and its holder's) first process has exited:
+    # Readable once the container's first process has exited:
     # a container made ahead that died while it waited is noticed before it is used.
     pidfds: tuple[int, ...] = ()
     # The host pid of its first process (the launcher), as the engine reported it.
@@ -108,7 +109,7 @@ class ContainerFactory:
         launcher: Sequence[str],
         seccomp_json: str,
         boundary: bool = False,
-        holder_runtime: str = "",
+        egress_runtime: str = "",
         resolver: NameResolver | None = None,
         etc_dir: str = "",
     ) -> None:
@@ -122,8 +123,9 @@ class ContainerFactory:
         self.launcher = launcher
         self.seccomp_json = seccomp_json
         self.boundary = boundary
-        # Non-empty: the boundary is a holder's namespace, joined with this runtime.
-        self.holder_runtime = holder_runtime
+        # Non-empty: the boundary is a namespace the gateway makes (veth.py), which
+        # this runtime puts the sandbox in.
+        self.egress_runtime = egress_runtime
         self._counter = itertools.count(1)
         # Names of containers this factory made and has not removed yet (the reaper
         # leaves them alone), including those being created right now.
@@ -138,37 +140,37 @@ class ContainerFactory:
         labels = self.instance.labels(self.backend_name, execution_id)
         ahead = None
         if shape.language:
-            relay = list(RELAY_TARGET) if self.boundary and self.holder_runtime else None
+            relay = list(RELAY_TARGET) if self.boundary and self.egress_runtime else None
             ahead = ahead_program(self.settings, shape.language, self.boundary, relay)
         body = container_request(
             self.settings, self.image, shape, labels, self.launcher, self.seccomp_json,
             self.etc_dir, ahead,
         )  # fmt: skip
-        holder, holder_name, egress, holder_pidfd = "", "", None, -1
-        if self.boundary and self.holder_runtime:
-            holder_name = name + HOLDER_SUFFIX
-            holder, egress, holder_pidfd = await self._make_holder(holder_name, labels)
-            body["NetworkDisabled"] = False
-            body["HostConfig"]["NetworkMode"] = f"container:{holder}"
-            body["HostConfig"]["Runtime"] = self.holder_runtime
-            body.pop("Hostname", None)  # the holder's (the engine refuses both)
-            # Its /etc/resolv.conf (generated) names the sinkhole's resolver.
+        egress: EgressSession | None = None
+        joined = self.boundary and bool(self.egress_runtime)
+        if joined:
+            egress = await self._furnish(0, veth=True)
+            # The runtime opens the namespace through this process's descriptor, at
+            # the container's start (before this descriptor can close). The network
+            # stays "none" to the engine: no libnetwork hook, its own /etc files.
+            body["Env"].append(
+                f"{EGRESS_NETNS_VARIABLE}=/proc/{os.getpid()}/fd/{egress.fds.sandbox}"
+            )
+            body["HostConfig"]["Runtime"] = self.egress_runtime
         self.tracked.add(name)
         try:
             cid = await self.engine.create(body, name)
         except BaseException as exc:
             self.tracked.discard(name)  # never created, or the reaper will find it
-            if holder:
-                close_fd(holder_pidfd)
-                await asyncio.shield(self._remove_holder(holder, holder_name, egress))
+            if egress is not None:
+                await asyncio.shield(egress.stop())
             raise_start_error("create", exc)
         stage = "start"
         container: Container | None = None
         try:
             reader, writer = await self.engine.attach(cid)
             container = Container(cid, name, shape, reader, writer, FrameReader(_no_caps()))
-            container.holder, container.holder_name, container.egress = holder, holder_name, egress
-            container.pidfds = (holder_pidfd,) if holder_pidfd >= 0 else ()
+            container.egress = egress
             await self.engine.start(cid)
             stage = "ready"
             async with asyncio.timeout(self.settings.start_timeout_s):
@@ -181,15 +183,19 @@ class ContainerFactory:
             # container of its own): the stream's end is the remaining sign.
             if (pidfd := open_pidfd(pid)) >= 0:
                 container.pidfds += (pidfd,)
-            if self.boundary and not holder:
+            if self.boundary and not joined:
                 stage = "boundary"
                 container.egress = await self._furnish(pid)
+            elif joined:
+                stage = "boundary"
+                assert egress is not None and egress.fds.sandbox is not None
+                in_namespace(pid, egress.fds.sandbox)
         except BaseException as exc:
-            for fd in container.pidfds if container is not None else (holder_pidfd,):
+            for fd in container.pidfds if container is not None else ():
                 close_fd(fd)
             await asyncio.shield(self._remove(cid, name, failed_start=True))
-            if holder:
-                await asyncio.shield(self._remove_holder(holder, holder_name, egress))
+            if egress is not None:
+                await asyncio.shield(egress.stop())
             if isinstance(exc, TimeoutError):
                 raise SandboxStartError(
                     stage, "the sandbox container did not become ready"
@@ -197,40 +203,12 @@ class ContainerFactory:
             raise_start_error(stage, exc)
         return container
 
-    async def _make_holder(
-        self, name: str, labels: dict[str, str]
-    ) -> tuple[str, EgressSession, int]:
-        """A runc container that only holds a network namespace, linked to the
-        gateway's sinkhole before any gVisor sandbox joins it."""
-        s = self.settings
-        body = holder_request(s, self.image, labels)
-        self.tracked.add(name)
-        try:
-            hid = await self.engine.create(body, name)
-        except BaseException as exc:
-            self.tracked.discard(name)
-            raise_start_error("boundary", exc)
-        try:
-            await self.engine.start(hid)
-            pid = int((await self.engine.state(hid)).get("Pid") or 0)
-            if not pid:
-                raise BackendError("the holder container has no process")
-            egress = await self._furnish(pid, veth=True)
-        except BaseException as exc:
-            await asyncio.shield(self._remove(hid, name, failed_start=True))
-            raise_start_error("boundary", exc)
-        return hid, egress, open_pidfd(pid)
-
-    async def _remove_holder(self, hid: str, name: str, egress: EgressSession | None) -> None:
-        if egress is not None:
-            await egress.stop()
-        await self._remove(hid, name)
-
     async def _furnish(self, pid: int, veth: bool = False) -> EgressSession:
+        """An egress session on container PID's namespace, or (veth) on a new one."""
         try:
             fds: BoundaryFds
             if veth:
-                fds = await asyncio.to_thread(open_veth_boundary, pid)
+                fds = await asyncio.to_thread(open_veth_boundary)
             else:
                 fds = await asyncio.to_thread(open_boundary, f"/proc/{pid}/ns/net")
         except BoundaryError as exc:
@@ -248,7 +226,7 @@ class ContainerFactory:
         if not container.alive:
             return f"{container.name}: its launcher's stream has ended"
         if any(exited(fd) for fd in container.pidfds):
-            return f"{container.name}: its container (or its holder) has exited"
+            return f"{container.name}: its container has exited"
         return ""
 
     async def _until_ready(self, container: Container) -> None:
@@ -299,7 +277,7 @@ class ContainerFactory:
         )  # fmt: skip
         if container.egress is not None:
             container.egress.arm(spec.egress, spec.credentials, spec.internal_allow)
-            if container.holder and not container.shape.language:
+            if self.egress_runtime and not container.shape.language:
                 header["proxy_relay"] = list(RELAY_TARGET)
         parts = [request_header(header), code, payload]
         parts += [f.content for f in spec.files] + [spec.stdin]
@@ -416,8 +394,6 @@ class ContainerFactory:
         """Remove a container in whatever state it is (never raises)."""
         await self.release(container)
         await self._remove(container.id, container.name)
-        if container.holder:
-            await self._remove(container.holder, container.holder_name)
 
     async def _remove(self, cid: str, name: str, failed_start: bool = False) -> None:
         try:
@@ -436,30 +412,20 @@ class ContainerFactory:
                 log.info("docker: removed %d cgroups left by %s", len(removed), name)
 
 
-def holder_request(settings: DockerSettings, image: str, labels: dict[str, str]) -> dict[str, Any]:
-    """The holder: runc, no capabilities, asleep; its namespace starts with loopback only."""
-    sleep = "import signal\nwhile True: signal.pause()"
-    return {
-        "Image": image,
-        "Cmd": [settings.launcher_python, "-I", "-S", "-c", sleep],
-        "User": settings.user,
-        "Hostname": "sandbox",
-        "Labels": labels,
-        # No libnetwork sandbox (its prestart hook re-executes dockerd: ~80 ms of CPU
-        # per container); the namespace is still the holder's own, furnished by us.
-        "NetworkDisabled": True,
-        "HostConfig": {
-            "NetworkMode": "none",
-            "Runtime": "runc",
-            "ReadonlyRootfs": True,
-            "CapDrop": ["ALL"],
-            "SecurityOpt": ["no-new-privileges"],
-            "Memory": 32 * 1024 * 1024,
-            "MemorySwap": 32 * 1024 * 1024,
-            "PidsLimit": 4,
-            "LogConfig": {"Type": "none", "Config": {}},
-        },
-    }
+def in_namespace(pid: int, netns_fd: int) -> None:
+    """Check that the runtime put the sandbox (the engine's pid for a runsc container
+    is its Sentry's process) in the network namespace behind `netns_fd`: a gateway
+    that does not see the engine's pids as they are (another pid namespace) would
+    otherwise have named some other process's descriptor."""
+    try:
+        seen, made = os.stat(f"/proc/{pid}/ns/net"), os.fstat(netns_fd)
+    except OSError as exc:
+        raise BackendError(f"cannot see the sandbox's network namespace: {exc}") from exc
+    if (seen.st_dev, seen.st_ino) != (made.st_dev, made.st_ino):
+        raise BackendError(
+            "the sandbox is not in the network namespace the gateway made for it"
+            " (the gateway must run in the engine's pid namespace)"
+        )
 
 
 def _no_caps() -> Caps:

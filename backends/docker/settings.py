@@ -15,6 +15,10 @@ from pydantic import ConfigDict, Field, field_validator
 from backends.ceilings import SandboxCeilings
 from backends.runtimes import RuntimeSettings, default_runtimes
 
+# Container variables that are not the operator's to set: the launcher's
+# (config.AHEAD_VARIABLE) and the egress runtime's (sandbox.EGRESS_NETNS_VARIABLE).
+RESERVED_ENV = frozenset({"EXECGATE_AHEAD", "EXECGATE_NETNS"})
+
 
 class DockerSettings(SandboxCeilings):
     model_config = ConfigDict(extra="forbid")
@@ -88,13 +92,16 @@ class DockerSettings(SandboxCeilings):
         for key, item in value.items():
             if not key or "=" in key or "\x00" in key + item:
                 raise ValueError(f"environment variable {key!r} is not a plain NAME=value")
+            if key in RESERVED_ENV:
+                raise ValueError(f"environment variable {key!r} is execgate's own")
         return value
 
 
 class GvisorSettings(DockerSettings):
     runtime: str = "runsc"
-    # runsc with its own netstack on the links of a holder's namespace (controlled
-    # egress: backends/egress/veth.py); registered by deploy/docker/start-dockerd.sh.
+    # runsc with its own netstack on the links of a namespace the gateway makes
+    # (controlled egress: backends/egress/veth.py, deploy/docker/runsc-netns);
+    # registered by deploy/docker/start-dockerd.sh.
     # "": runsc --network=none only (loopback, no egress, nothing recorded).
     egress_runtime: str = "runsc-egress"
     # Behaviour capture ([backends.docker-gvisor.capture]): the same two runtimes with

@@ -69,15 +69,18 @@ class BoundaryFds:
     proxy: socket.socket
     resolver: socket.socket
     netns: int | None = None  # kept only for a namespace made here (nsjail joins it)
+    # veth.py's: the namespace a gVisor sandbox is put in (linked to the sinkhole,
+    # which is `netns` then); the runtime opens it as /proc/GATEWAY/fd/N.
+    sandbox: int | None = None
 
     def close(self) -> None:
         self.proxy.close()
         self.resolver.close()
-        for fd in (self.tun, self.netns):
+        for fd in (self.tun, self.netns, self.sandbox):
             if fd is not None and fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.tun, self.netns = -1, None
+        self.tun, self.netns, self.sandbox = -1, None, None
 
 
 def open_boundary(netns_path: str | None = None) -> BoundaryFds:

@@ -35,7 +35,7 @@ NLMSGERR_ATTR_MSG = 1
 
 RTM_NEWLINK, RTM_GETLINK, RTM_NEWADDR, RTM_NEWROUTE = 16, 18, 20, 24
 IFF_UP, IFF_RUNNING = 0x1, 0x40
-IFLA_IFNAME, IFLA_LINKINFO, IFLA_NET_NS_PID, IFLA_AF_SPEC = 3, 18, 19, 26
+IFLA_IFNAME, IFLA_LINKINFO, IFLA_AF_SPEC, IFLA_NET_NS_FD = 3, 18, 26, 28
 IFLA_INFO_KIND, IFLA_INFO_DATA = 1, 2
 VETH_INFO_PEER = 1
 IFLA_INET6_ADDR_GEN_MODE, IN6_ADDR_GEN_MODE_NONE = 8, 1
@@ -137,17 +137,17 @@ class RouteSocket:
         attrs = attr(RTA_GATEWAY, address.packed)
         self._route(_family(address), RT_SCOPE_UNIVERSE, attrs, f"route add default via {gateway}")
 
-    def add_veth(self, name: str, peer: str, peer_netns_pid: int) -> None:
-        """`link add NAME type veth peer name PEER netns PID`: the peer end is made
-        straight in the namespace of process PID."""
+    def add_veth(self, name: str, peer: str, peer_netns_fd: int) -> None:
+        """`link add NAME type veth peer name PEER netns PATH`: the peer end is made
+        straight in the namespace behind descriptor `peer_netns_fd`."""
         peer_info = IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
         peer_info += attr(IFLA_IFNAME, _name(peer))
-        peer_info += attr(IFLA_NET_NS_PID, struct.pack("=I", peer_netns_pid))
+        peer_info += attr(IFLA_NET_NS_FD, struct.pack("=I", peer_netns_fd))
         data = attr(VETH_INFO_PEER, peer_info)
         info = attr(IFLA_INFO_KIND, b"veth\0") + attr(IFLA_INFO_DATA, data)
         body = IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
         body += attr(IFLA_IFNAME, _name(name)) + attr(IFLA_LINKINFO, info)
-        what = f"link add {name} type veth peer name {peer} netns {peer_netns_pid}"
+        what = f"link add {name} type veth peer name {peer} netns fd {peer_netns_fd}"
         self.request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body, what)
 
     def link_flags(self, name: str, index: int | None = None) -> int:

@@ -61,7 +61,7 @@ want = {
     # runsc-safe runs the installed runsc (EXECGATE_RUNSC, default /usr/bin/runsc).
     "runsc": {"path": runsc, "runtimeArgs": ["--network=none", "--oci-seccomp"]},
     # Controlled egress (backends/egress/veth.py): runsc's netstack takes over the
-    # links of a holder container's namespace that the gateway furnished.
+    # links of a namespace the gateway made (deploy/docker/runsc-netns puts it in the spec).
     "runsc-egress": {"path": wrapper, "runtimeArgs": ["--oci-seccomp"]},
     # The same two with capture (backends/docker/gvisor.py uses them when it records).
     "runsc-capture": {"path": capture, "runtimeArgs": ["--network=none", "--oci-seccomp", *STRACE]},

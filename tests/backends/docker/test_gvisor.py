@@ -88,16 +88,26 @@ async def test_forged_frames_only_spoil_the_own_result(backend: GvisorBackend) -
     await assert_docker_host_clean(backend)
 
 
-async def test_refuses_to_start_without_runsc() -> None:
+@pytest.mark.parametrize(
+    ("egress_runtime", "refusal"),
+    [
+        # Without egress: the probe finds the kernel is not gVisor's.
+        ("", "gVisor not in use"),
+        # With it: runc ignores the namespace the gateway made and makes its own, which
+        # the gateway sees before anything else.
+        ("runc", "not in the network namespace the gateway made"),
+    ],
+)
+async def test_refuses_to_start_without_runsc(egress_runtime: str, refusal: str) -> None:
     # The same backend pointed at runc must notice it is not on gVisor (capture off:
     # with it on, sandboxes would run on the capture runtime, gVisor's).
     settings = GvisorSettings(
-        runtime="runc", egress_runtime="runc", pids_limit_mode="cgroup", pool_size=0,
+        runtime="runc", egress_runtime=egress_runtime, pids_limit_mode="cgroup", pool_size=0,
         capture=CaptureSettings(enabled=False),
     )  # fmt: skip
     backend = GvisorBackend(settings)
     try:
-        with pytest.raises(BackendError, match="gVisor not in use"):
+        with pytest.raises(BackendError, match=refusal):
             await backend.start()
     finally:
         await backend.close()

@@ -315,7 +315,7 @@ async def test_leftover_traces_of_gone_containers_are_swept(traced: GvisorBacken
 
 
 async def test_without_egress_the_plain_capture_runtime_records_too() -> None:
-    # egress_runtime = "": sandboxes run on runsc-capture (--network=none), no holder.
+    # egress_runtime = "": sandboxes run on runsc-capture (--network=none), no veth link.
     backend = GvisorBackend(GvisorSettings(egress_runtime="", pool_size=1))
     try:
         await backend.start()

@@ -7,11 +7,12 @@ links, addresses and routes must be the same. Then the refusals: each names its 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -28,7 +29,6 @@ from backends.egress.veth import (
     SANDBOX_LINK_V6,
 )
 from tests.backends.egress.test_boundary import require_root
-from tests.backends.egress.test_veth import holder  # noqa: F401 (a fixture)
 
 IPROUTE2_TUN = f"""link set lo up
 link set dev {TUN_NAME} addrgenmode none
@@ -43,6 +43,24 @@ route add ::/0 dev {TUN_NAME}
 # what the kernel settles a moment later (operational state, duplicate detection).
 VOLATILE = {"ifindex", "link_index", "address", "broadcast", "stats64", "valid_life_time",
             "preferred_life_time", "link_netnsid", "operstate", "tentative"}  # fmt: skip
+
+
+@pytest.fixture
+def holder() -> Iterator[int]:
+    """A process in a network namespace of its own, with loopback only."""
+    require_root()
+    proc = subprocess.Popen(["unshare", "--net", "sleep", "60"])
+    own = os.stat("/proc/self/ns/net").st_ino
+    try:
+        for _ in range(100):
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{proc.pid}/ns/net").st_ino != own:
+                    break
+            time.sleep(0.05)
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def ip_batch(batch: str) -> None:
@@ -102,7 +120,7 @@ def test_the_tun_boundary_matches_iproute2() -> None:
                for a in link.get("addr_info", []))  # fmt: skip
 
 
-def test_the_veth_boundary_matches_iproute2(holder: int) -> None:  # noqa: F811
+def test_the_veth_boundary_matches_iproute2(holder: int) -> None:
     require_root()
 
     def sinkhole(batch: bool) -> Callable[[], None]:
@@ -110,14 +128,14 @@ def test_the_veth_boundary_matches_iproute2(holder: int) -> None:  # noqa: F811
             if batch:
                 ip_batch(
                     IPROUTE2_TUN
-                    + f"link add {FAR} type veth peer name {LINK} netns {holder}\n"
+                    + f"link add {FAR} type veth peer name {LINK} netns /proc/{holder}/ns/net\n"
                     + f"addr add {GATEWAY_V4}/30 dev {FAR}\n"
                     + f"addr add {GATEWAY_V6}/64 dev {FAR} nodad\nlink set {FAR} up\n"
                 )
             else:
-                with RouteSocket() as rtnl:
+                with RouteSocket() as rtnl, open(f"/proc/{holder}/ns/net") as peer:
                     configure_tun(rtnl, ipv6=True)
-                    rtnl.add_veth(FAR, LINK, holder)
+                    rtnl.add_veth(FAR, LINK, peer.fileno())
                     rtnl.add_address(FAR, f"{GATEWAY_V4}/30")
                     rtnl.add_address(FAR, f"{GATEWAY_V6}/64", nodad=True)
                     rtnl.link_up(FAR)
@@ -178,8 +196,8 @@ def _wait_gone(pid: int) -> None:
         (lambda r: r.default_route_via("10.9.9.9"), "route add default via 10.9.9.9: "),
         # A device that is not there.
         (lambda r: r.link_up("nosuchlink0"), "nosuchlink0"),
-        # A veth peer for a process that does not exist.
-        (lambda r: r.add_veth("execgateX", "execgateY", 2**22 + 1), "link add execgateX"),
+        # A veth peer for a descriptor that names no namespace.
+        (lambda r: r.add_veth("execgateX", "execgateY", 2**20), "link add execgateX"),
     ],
 )  # fmt: skip
 def test_a_refusal_names_its_step(step: Callable[[RouteSocket], Any], message: str) -> None:
@@ -208,8 +226,8 @@ def test_a_link_is_waited_for_until_it_runs_and_one_that_cannot_is_an_error() ->
         netns = enter(None)
         try:
             with RouteSocket() as rtnl:
-                # Both ends here: IFLA_NET_NS_PID takes a thread id too.
-                rtnl.add_veth("execgateA", "execgateB", threading.get_native_id())
+                # Both ends here (the peer's namespace is this thread's own).
+                rtnl.add_veth("execgateA", "execgateB", netns)
                 rtnl.link_up("execgateA")
                 # Its peer is down: no carrier, so it never runs.
                 lone = bool(rtnl.link_flags("execgateA") & IFF_RUNNING)
