@@ -144,3 +144,10 @@ def test_launch_request_announces_every_size() -> None:
 def test_settings_refuse_unsafe_or_unknown_values(bad: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         DockerSettings.model_validate(bad)
+
+
+@pytest.mark.parametrize("name", ["EXECGATE_AHEAD", "EXECGATE_NETNS"])
+def test_execgates_own_variables_are_not_the_operators(name: str) -> None:
+    # The runtime would take a namespace from one, the launcher its start-up from the other.
+    with pytest.raises(ValidationError, match=f"{name}.*execgate's own"):
+        GvisorSettings.model_validate({"env": {name: "/proc/1/fd/3"}})
