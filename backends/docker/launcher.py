@@ -343,7 +343,7 @@ def start_relay(target):
     nothing in the sandbox can kill or trace), started by `serve()` once no fork is to
     follow, and shut down by `stop()` once the program's processes are dead. A relay
     process of its own had to be killed and waited for at the end of every execution,
-    ~2 ms under gVisor, where waking a blocked task is slow. Returns (serve, stop).
+    ~2 ms under gVisor, where waking a blocked task is slow. Returns serve and stop.
     """
     import _thread
     import socket
@@ -653,12 +653,13 @@ def main():
     # /proc entries (its descriptors carry the frames). PR_SET_DUMPABLE = 4.
     ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
     warm = None
-    relay = None
+    serve_relay = stop_relay = None
     ahead = os.environ.get("EXECGATE_AHEAD")
     if ahead:
         ahead = json_loads(ahead)
         if ahead.get("proxy_relay"):
-            relay = start_relay(ahead["proxy_relay"])  # bound before the program starts
+            # Bound before the program starts.
+            serve_relay, stop_relay = start_relay(ahead["proxy_relay"])
         warm = start_ahead(ahead)
     wake_r = watch_children()
     send(b"R")
@@ -685,16 +686,16 @@ def main():
     if warm is not None and not warm.exited:
         pid, stdin_w, out_r, err_r = warm.pid, warm.stdin_w, warm.out_r, warm.err_r
     else:
-        if request.get("proxy_relay") and relay is None:
-            relay = start_relay(request["proxy_relay"])
+        if request.get("proxy_relay") and serve_relay is None:
+            serve_relay, stop_relay = start_relay(request["proxy_relay"])
         pid, stdin_w, out_r, err_r = start_program(request, code_path)
-    if relay is not None:
-        relay[0]()  # threads: only now, with no fork to follow
+    if serve_relay is not None:
+        serve_relay()  # threads: only now, with no fork to follow
     status, backstop = supervise(
         request, wake_r, request["stdin_bytes"], stdin_w, out_r, err_r, pid, code_feed
     )
-    if relay is not None:
-        relay[1]()  # the program's processes are all dead: nothing more of theirs leaves
+    if stop_relay is not None:
+        stop_relay()  # the program's processes are all dead: nothing more of theirs leaves
     full = disk_full()
     send_files(request, inputs)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
