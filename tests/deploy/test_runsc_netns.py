@@ -80,6 +80,52 @@ def test_the_namespace_goes_into_the_spec_and_the_variable_out_of_it(
     assert sorted(os.listdir(tmp_path / "bundle")) == ["config.json"]
 
 
+def test_everything_else_in_the_spec_is_kept_as_it_was(tmp_path: Path, netns: str) -> None:
+    document = spec([f"{VARIABLE}={netns}"], {"type": "network"})
+    # What a spec can carry: any string (escapes, non-ASCII, controls), numbers of
+    # every size, nesting, null and booleans.
+    document["process"]["args"] += ['h\u00e9llo "q" \\ \x01 \u2028 \U0001f600', ""]
+    document["annotations"] = {"n": None, "t": True, "f": False, "x": 1.5, "big": 10**20}
+    document["linux"]["resources"] = {"memory": {"limit": 268435456}, "devices": []}
+    code, err, after = run(tmp_path, document)
+    assert code == 0, err
+    document["linux"]["namespaces"][1]["path"] = netns
+    document["process"]["env"] = ["PATH=/usr/bin"]
+    assert after == document
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "[]", "{", '{"a": 1} {"b": 2}', '{"a": NaN}', "\ufeff{}", '{"a": "\\x"}'],
+)
+def test_a_spec_that_is_not_a_json_object_is_refused(tmp_path: Path, text: str) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(SCRIPT), str(bundle / "config.json")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0
+    assert "runsc-netns: " in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert (bundle / "config.json").read_text() == text
+
+
+def test_surrounding_whitespace_is_json_too(tmp_path: Path, netns: str) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    config = bundle / "config.json"
+    config.write_text("\n " + json.dumps(spec([f"{VARIABLE}={netns}"], {"type": "network"})) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(SCRIPT), str(config)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert {"type": "network", "path": netns} in json.loads(config.read_text())["linux"][
+        "namespaces"
+    ]
+
+
 def refused(tmp_path: Path, document: dict[str, Any], message: str) -> None:
     code, err, after = run(tmp_path, document)
     assert code != 0
