@@ -35,7 +35,6 @@ it as it would have run the file. An interpreter that exited before the request
 again, cold, once the code is there.
 """
 
-import ctypes
 import errno
 import fcntl
 import os
@@ -60,6 +59,12 @@ try:
     import _json
 except ImportError:  # pragma: no cover
     _json = None
+# ctypes' C half is enough for the one call into libc (prctl); ctypes itself adds its
+# package, its endianness module and their file lookups to every container's start.
+try:
+    import _ctypes
+except ImportError:  # pragma: no cover - an interpreter built without ctypes
+    _ctypes = None
 # Built into Debian's interpreter (no file to open, unlike hashlib's libcrypto). Nothing
 # is imported after start-up: an import during a request would be its latency, and
 # under gVisor its file lookups would sit in the execution's syscall trace.
@@ -648,10 +653,28 @@ def read_regular(path, max_bytes):
         os.close(fd)
 
 
+PR_SET_DUMPABLE = 4
+RTLD_NOW = 2
+
+
+def not_dumpable():
+    """Other processes of this uid may not ptrace this one or open its /proc entries
+    (its descriptors carry the frames): the program runs as the same uid."""
+    if _ctypes is not None and hasattr(_ctypes, "call_function"):
+        prctl = _ctypes.dlsym(_ctypes.dlopen(None, RTLD_NOW), "prctl")
+        failed = _ctypes.call_function(prctl, (PR_SET_DUMPABLE, 0, 0, 0, 0))
+    else:  # pragma: no cover - the C half's private calls are gone
+        import ctypes
+
+        failed = ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    if failed:
+        # No sandbox whose supervisor the program could read: the container ends
+        # before it says it is ready, and the engine's start reports the failure.
+        raise SystemExit("execgate launcher: prctl(PR_SET_DUMPABLE, 0) failed")
+
+
 def main():
-    # Not dumpable: other processes of this uid cannot ptrace this one or open its
-    # /proc entries (its descriptors carry the frames). PR_SET_DUMPABLE = 4.
-    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+    not_dumpable()
     warm = None
     serve_relay = stop_relay = None
     ahead = os.environ.get("EXECGATE_AHEAD")

@@ -22,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 PYTHON = "/usr/bin/python3"  # the sandbox image's interpreter is Debian's too
 # Modules whose import cost every container start paid for little use (the launcher
 # header says why); a request without input files needs none of them.
-NOT_AT_START = {"json", "re", "enum", "signal", "contextlib", "hashlib", "selectors"}
+NOT_AT_START = {"json", "re", "enum", "signal", "contextlib", "hashlib", "selectors", "ctypes"}
 
 
 def run_launcher(argv: list[str], stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
@@ -113,6 +113,24 @@ def test_json_dumps_writes_what_the_host_reads(report: dict[str, object]) -> Non
     assert text == json.dumps(report, separators=(",", ":"))
 
 
+def test_the_launcher_makes_itself_not_dumpable_without_ctypes() -> None:
+    # PR_GET_DUMPABLE (3) after the launcher's own call: 0, so the program (same uid)
+    # can neither ptrace PID 1 nor open its /proc entries.
+    probe = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('launcher', {str(LAUNCHER_SOURCE)!r})\n"
+        "launcher = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(launcher)\n"
+        "launcher.not_dumpable()\n"
+        "assert 'ctypes' not in sys.modules\n"
+        "import ctypes\n"
+        "print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))\n"
+    )
+    proc = subprocess.run([PYTHON, "-I", "-c", probe], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert proc.stdout == b"0\n"
+
+
 def test_input_digests_are_those_of_hashlib() -> None:
     assert launcher.sha256(b"abc").digest() == hashlib.sha256(b"abc").digest()
 
@@ -121,6 +139,7 @@ def test_input_digests_are_those_of_hashlib() -> None:
 # file lookups in the execution's syscall trace): only where the C modules are missing,
 # and the gVisor proxy relay, bound before the program starts.
 LATE_IMPORTS_ALLOWED = {"json_loads": {"json"}, "json_dumps": {"json"},
+                        "not_dumpable": {"ctypes"},
                         "start_relay": {"_thread", "socket"}}  # fmt: skip
 
 
