@@ -22,7 +22,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 PYTHON = "/usr/bin/python3"  # the sandbox image's interpreter is Debian's too
 # Modules whose import cost every container start paid for little use (the launcher
 # header says why); a request without input files needs none of them.
-NOT_AT_START = {"json", "re", "enum", "signal", "contextlib", "hashlib", "selectors", "ctypes"}
+NOT_AT_START = {
+    "json",
+    "re",
+    "enum",
+    "signal",
+    "contextlib",
+    "hashlib",
+    "selectors",
+    "ctypes",
+    "struct",
+    "socket",
+}
 
 
 def run_launcher(argv: list[str], stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
@@ -131,6 +142,67 @@ def test_the_launcher_makes_itself_not_dumpable_without_ctypes() -> None:
     assert proc.stdout == b"0\n"
 
 
+# The gVisor proxy relay, run on the host in a network namespace of its own (loopback
+# only): an echo server stands for the gateway's proxy. Until the relay is serving,
+# the harness uses only C modules, so what is loaded then is the relay's doing.
+RELAY_HARNESS = r"""
+import _socket, _thread, sys
+namespace = {"__name__": "launcher"}
+exec(compile(open(sys.argv[1]).read(), "launcher.py", "exec"), namespace)
+
+echo = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+echo.bind(("127.0.0.1", 0))
+echo.listen(8)
+def answer():
+    while True:
+        fd, _ = echo._accept()
+        conn = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM, 0, fd)
+        while data := conn.recv(65536):
+            conn.sendall(data)
+        conn.shutdown(_socket.SHUT_WR)  # the program must see the far end's close
+        conn.close()
+_thread.start_new_thread(answer, ())
+serve, stop = namespace["start_relay"](list(echo.getsockname()))
+serve()
+loaded = sorted({"socket", "selectors", "enum"} & set(sys.modules))
+
+import json, socket
+sent = bytes(range(256)) * 1024
+echoed = []
+for _ in range(3):  # one after another: each connection gets its own threads
+    with socket.create_connection(("127.0.0.1", 3128), timeout=10) as c:
+        c.sendall(sent)
+        c.shutdown(socket.SHUT_WR)
+        got = b""
+        while chunk := c.recv(65536):
+            got += chunk
+        echoed.append(got == sent)
+stop()
+try:
+    socket.create_connection(("127.0.0.1", 3128), timeout=5).close()
+    after_stop = "connected"
+except OSError as exc:
+    after_stop = type(exc).__name__
+print(json.dumps({"loaded": loaded, "echoed": echoed, "after_stop": after_stop}))
+"""
+
+
+def test_the_relay_carries_both_directions_without_the_socket_module() -> None:
+    if os.geteuid() != 0:
+        missing_component("a network namespace of the test's own needs root")
+    proc = subprocess.run(
+        ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "relay",
+         PYTHON, "-I", "-S", "-c", RELAY_HARNESS, str(LAUNCHER_SOURCE)],
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == {
+        "loaded": [],
+        "echoed": [True, True, True],
+        "after_stop": "ConnectionRefusedError",
+    }
+
+
 def test_input_digests_are_those_of_hashlib() -> None:
     assert launcher.sha256(b"abc").digest() == hashlib.sha256(b"abc").digest()
 
@@ -140,7 +212,7 @@ def test_input_digests_are_those_of_hashlib() -> None:
 # and the gVisor proxy relay, bound before the program starts.
 LATE_IMPORTS_ALLOWED = {"json_loads": {"json"}, "json_dumps": {"json"},
                         "not_dumpable": {"ctypes"},
-                        "start_relay": {"_thread", "socket"}}  # fmt: skip
+                        "start_relay": {"_thread", "_socket"}}  # fmt: skip
 
 
 def test_nothing_is_imported_once_a_request_has_come() -> None:
