@@ -58,6 +58,7 @@ class _Lane:
         self.revision = sources.revision
         # Set while a job runs; read from the event loop to spot overruns.
         self.busy_since: float | None = None
+        self.current: Future[Any] | None = None  # the job running now
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
         self.ready = self.submit(self._compile, sources)
@@ -97,6 +98,7 @@ class _Lane:
             if not future.set_running_or_notify_cancel():
                 continue  # the caller gave up while it was queued
             self.busy_since = time.monotonic()
+            self.current = future
             try:
                 result = fn(*args)
             except PolicyEngineError as exc:
@@ -109,6 +111,7 @@ class _Lane:
                 future.set_result(result)
             finally:
                 self.busy_since = None
+                self.current = None
         self._policy = None
 
     def _compile(self, sources: PolicySources) -> None:
@@ -210,7 +213,7 @@ class EmbeddedEngine:
         try:
             value = await asyncio.wait_for(asyncio.wrap_future(future), self._timeout_s)
         except TimeoutError:
-            self._retire_if_overdue(lane)
+            self._retire_if_overdue(lane, future)
             raise PolicyEngineError(
                 "unavailable", f"no policy decision within {self._timeout_s * 1000:.0f} ms"
             ) from None
@@ -226,7 +229,7 @@ class EmbeddedEngine:
         try:
             value = await asyncio.wait_for(asyncio.wrap_future(future), self._timeout_s)
         except TimeoutError:
-            self._retire_if_overdue(lane)
+            self._retire_if_overdue(lane, future)
             raise PolicyEngineError(
                 "unavailable", f"no policy review within {self._timeout_s * 1000:.0f} ms"
             ) from None
@@ -266,10 +269,14 @@ class EmbeddedEngine:
             )
         return self._lane
 
-    def _retire_if_overdue(self, lane: _Lane) -> None:
-        # Only the lane in service, and only if the query it runs (not the queue
-        # in front of this caller) has overrun: a burst must not churn threads.
-        if lane is not self._lane or not lane.overdue(self._timeout_s):
+    def _retire_if_overdue(self, lane: _Lane, future: Future[Any]) -> None:
+        # Only the lane in service, and only if the query it runs has overrun (not
+        # the queue in front of this caller: a burst must not churn threads). The
+        # caller's own query still running at its deadline has, whatever the clock
+        # says of when its thread picked it up.
+        if lane is not self._lane:
+            return
+        if lane.current is not future and not lane.overdue(self._timeout_s):
             return
         assert self._sources is not None
         log.warning(
