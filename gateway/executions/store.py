@@ -3,6 +3,12 @@
 Recent records live in memory so a GET right after a POST never misses; every
 finished record is also written to SQLite (`state.path`) on a dedicated thread, so
 results outlive the process without a disk write on the request path.
+
+Writes go in batches: what was finished (or held) within PERSIST_LINGER_S goes in one
+transaction on one thread hop. One hop and one commit per execution cost the gateway
+~0.25 ms of CPU each (GIL-bound, beside the request that follows). The audit log is
+the durable record of every execution; the store is its readable copy, and close()
+writes everything still waiting.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import sqlite3
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -18,8 +25,15 @@ from typing import Any
 
 from gateway.context import rfc3339, utc_now
 from gateway.files import make_private_dirs
+from gateway.json_codec import dumps
+
+log = logging.getLogger(__name__)
 
 MEMORY_RECORDS = 10_000
+# How long a finished record may wait for others to share its write, and how many
+# one write takes at most.
+PERSIST_LINGER_S = 0.05
+PERSIST_BATCH_MAX = 256
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS executions (
@@ -38,6 +52,9 @@ class ExecutionStore:
         self._recent: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._done: dict[str, asyncio.Event] = {}
         self._writes: set[asyncio.Future[None]] = set()
+        # Persisted, not yet handed to the thread: the latest version of each record.
+        self._unwritten: dict[str, dict[str, Any]] = {}
+        self._flush_timer: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
         if self._path is not None:
@@ -121,6 +138,7 @@ class ExecutionStore:
         self, execution_id: str, tenant: str, created_at: str, error: dict[str, Any]
     ) -> None:
         """End, durably, a record a killed predecessor never finished (executions/recovery.py)."""
+        self._flush()  # the read below comes after every write waiting (one thread, FIFO)
         record = await self._call(self._read, execution_id)
         if record is not None and record["status"] in ("done", "failed"):
             return  # its outcome is known
@@ -136,18 +154,39 @@ class ExecutionStore:
             await self._call(self._write, record)
 
     def _persist(self, record: dict[str, Any]) -> None:
-        if self._db is not None:
-            fut = asyncio.ensure_future(self._call(self._write, dict(record)))
-            self._writes.add(fut)
-            fut.add_done_callback(self._writes.discard)
+        if self._db is None:
+            return
+        self._unwritten[record["execution_id"]] = dict(record)  # as it is now
+        if len(self._unwritten) >= PERSIST_BATCH_MAX:
+            self._flush()
+        elif self._flush_timer is None:
+            self._flush_timer = asyncio.get_running_loop().call_later(PERSIST_LINGER_S, self._flush)
 
-    def _write(self, record: dict[str, Any]) -> None:
+    def _flush(self) -> None:
+        """Hand what waits to the thread, in one write."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        if not self._unwritten or self._db is None:
+            return
+        batch, self._unwritten = list(self._unwritten.values()), {}
+        fut = asyncio.ensure_future(self._call(self._write, *batch))
+        self._writes.add(fut)
+        fut.add_done_callback(self._written)
+
+    def _written(self, fut: asyncio.Future[None]) -> None:
+        self._writes.discard(fut)
+        if not fut.cancelled() and fut.exception() is not None:
+            # The audit log still holds every execution; only GET after a restart misses.
+            log.error("execution records not stored: %s", fut.exception())
+
+    def _write(self, *records: dict[str, Any]) -> None:
         assert self._db is not None
-        self._db.execute(
-            "INSERT OR REPLACE INTO executions (execution_id, tenant, record) VALUES (?, ?, ?)",
-            (record["execution_id"], record["tenant"], json.dumps(record)),
-        )
-        self._db.commit()
+        with self._db:  # one transaction
+            self._db.executemany(
+                "INSERT OR REPLACE INTO executions (execution_id, tenant, record) VALUES (?, ?, ?)",
+                [(r["execution_id"], r["tenant"], dumps(r).decode("utf-8")) for r in records],
+            )
 
     def _read(self, execution_id: str) -> dict[str, Any] | None:
         if self._db is None:
@@ -158,7 +197,7 @@ class ExecutionStore:
         return json.loads(row[0]) if row else None
 
     async def get(self, execution_id: str, wait_s: float = 0.0) -> dict[str, Any] | None:
-        record = self._recent.get(execution_id)
+        record = self._recent.get(execution_id) or self._unwritten.get(execution_id)
         if record is None:
             record = await self._call(self._read, execution_id)
             if record is None or record["status"] != "pending_approval":
@@ -175,6 +214,7 @@ class ExecutionStore:
         return record
 
     async def close(self) -> None:
+        self._flush()
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
         if self._db is not None:
