@@ -34,3 +34,33 @@ test_entry_without_claims if {
 	log.masked_paths({}) == {"/input/execution/code"}
 	log.masked_paths({"input": {"subject": {"claims": "odd"}}}) == {"/input/execution/code"}
 }
+
+# Every spelling the name rule stands for, in any case, anywhere in the name.
+test_secret_name_parts_in_any_case_and_place if {
+	claims := {
+		"APIKEY": 1, "x-api-key": 1, "Api_Key_2": 1, "password": 1, "db_passwd": 1,
+		"refresh_token": 1, "client_secret": 1, "private_key": 1, "Credentials": 1,
+		"cookie": 1, "session": 1, "authorization": 1, "oauth": 1,
+		"api key": 1, "apkey": 1, "tier": 1, "sub": 1,
+	}
+	masked := log.masked_paths(entry(claims))
+	count(masked) == 14
+	not "/input/subject/claims/api key" in masked
+	not "/input/subject/claims/apkey" in masked
+	not "/input/subject/claims/tier" in masked
+}
+
+# A JWT-looking value needs a non-empty base64url segment before its dot; the other
+# prefixes only at the start, and only with their space.
+test_secret_value_edges if {
+	claims := {
+		"a": "eyJ.x", "b": "eyJab!c.d", "c": "EYJAB-_9.x", "d": "xeyJab.c",
+		"e": "basic dXNlcg==", "f": "Basic", "g": " bearer x", "h": "-----BEGIN-",
+		"i": 7,
+	}
+	log.masked_paths(entry(claims)) == {
+		"/input/execution/code",
+		"/input/subject/claims/c",
+		"/input/subject/claims/e",
+	}
+}
