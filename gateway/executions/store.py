@@ -108,6 +108,8 @@ class ExecutionStore:
         self._remember(record)
         self._done.setdefault(execution_id, asyncio.Event())
         self._persist(record)
+        # A hold lasts minutes to hours and a restart must find it: not left to linger.
+        self._flush()
 
     def finished(self, execution_id: str, result: dict[str, Any]) -> None:
         self._finish(execution_id, "done", result=result)

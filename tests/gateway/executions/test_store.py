@@ -123,3 +123,15 @@ async def test_a_failed_write_is_logged_not_raised(tmp_path: Path, caplog: objec
     _finish(store, "exe_1")
     await store.close()  # does not raise
     assert "execution records not stored" in caplog.text  # type: ignore[attr-defined]
+
+
+async def test_a_held_record_is_written_without_waiting_for_the_linger(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    store = ExecutionStore(db)
+    await store.start()
+    try:
+        store.held("exe_1", "acme", {"approval_id": "apr_1"})
+        await asyncio.gather(*store._writes)  # handed over at once: only the thread's turn
+        assert set(_stored(db)) == {"exe_1"}
+    finally:
+        await store.close()
