@@ -4,11 +4,13 @@ Recent records live in memory so a GET right after a POST never misses; every
 finished record is also written to SQLite (`state.path`) on a dedicated thread, so
 results outlive the process without a disk write on the request path.
 
-Writes go in batches: what was finished (or held) within PERSIST_LINGER_S goes in one
-transaction on one thread hop. One hop and one commit per execution cost the gateway
-~0.25 ms of CPU each (GIL-bound, beside the request that follows). The audit log is
-the durable record of every execution; the store is its readable copy, and close()
-writes everything still waiting.
+Writes go in batches: what finished within PERSIST_LINGER_S goes in one transaction on
+one thread hop. One hop and one commit per execution cost the gateway ~0.25 ms of CPU
+each (GIL-bound, beside the request that follows). The audit log is the durable record
+of every execution; the store is its readable copy, and close() writes everything
+still waiting. What a SIGKILL can cost is the copy of results finished in its last
+PERSIST_LINGER_S (their callers had their answers). A held execution, whose caller
+comes back for the result later, is written at once when held and when it ends.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ log = logging.getLogger(__name__)
 MEMORY_RECORDS = 10_000
 # How long a finished record may wait for others to share its write, and how many
 # one write takes at most.
-PERSIST_LINGER_S = 0.05
+PERSIST_LINGER_S = 0.02
 PERSIST_BATCH_MAX = 256
 
 _SCHEMA = """
@@ -55,6 +57,7 @@ class ExecutionStore:
         # Persisted, not yet handed to the thread: the latest version of each record.
         self._unwritten: dict[str, dict[str, Any]] = {}
         self._flush_timer: asyncio.TimerHandle | None = None
+        self._held: set[str] = set()  # held for a person (now or before): written at once
 
     async def start(self) -> None:
         if self._path is not None:
@@ -107,6 +110,7 @@ class ExecutionStore:
         }
         self._remember(record)
         self._done.setdefault(execution_id, asyncio.Event())
+        self._held.add(execution_id)
         self._persist(record)
         # A hold lasts minutes to hours and a restart must find it: not left to linger.
         self._flush()
@@ -126,6 +130,9 @@ class ExecutionStore:
         if event is not None:
             event.set()
         self._persist(record)
+        if execution_id in self._held:  # its caller comes back here for the result
+            self._held.discard(execution_id)
+            self._flush()
 
     async def settle(self, execution_id: str, status: str, error: dict[str, Any]) -> None:
         """End a record that may only be on disk (held before a restart)."""
@@ -134,6 +141,7 @@ class ExecutionStore:
             if record is None:
                 return
             self._remember(record)
+        self._held.add(execution_id)  # ended by a person's decision, or its expiry
         self._finish(execution_id, status, error=error)
 
     async def lost(
@@ -206,6 +214,7 @@ class ExecutionStore:
                 return record
             # Held before a restart: bring it back so a decision can wake this waiter.
             record = self._recent.setdefault(execution_id, record)
+            self._held.add(execution_id)
             self._done.setdefault(execution_id, asyncio.Event())
         event = self._done.get(execution_id)
         if wait_s > 0 and event is not None:

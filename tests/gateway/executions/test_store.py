@@ -74,7 +74,7 @@ async def test_records_finished_together_share_one_write(tmp_path: Path) -> None
         # A full batch does not wait for the linger.
         for i in range(PERSIST_BATCH_MAX):
             _finish(store, f"big_{i}")
-        assert writes == [10]  # handed over, the thread still writing
+        assert not store._unwritten and store._writes  # handed over without the linger
         await asyncio.gather(*store._writes)
         assert writes == [10, PERSIST_BATCH_MAX]
     finally:
@@ -131,7 +131,25 @@ async def test_a_held_record_is_written_without_waiting_for_the_linger(tmp_path:
     await store.start()
     try:
         store.held("exe_1", "acme", {"approval_id": "apr_1"})
-        await asyncio.gather(*store._writes)  # handed over at once: only the thread's turn
+        assert not store._unwritten  # handed over without the linger
+        await asyncio.gather(*store._writes)
         assert set(_stored(db)) == {"exe_1"}
+    finally:
+        await store.close()
+
+
+async def test_a_held_execution_s_result_is_written_at_once_when_it_ends(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    store = ExecutionStore(db)
+    await store.start()
+    try:
+        store.held("exe_1", "acme", {"approval_id": "apr_1"})
+        store.started("exe_1", "acme")  # approved: the hold's record is replaced
+        store.finished("exe_1", {"stdout": "1\n"})
+        assert "exe_1" not in store._unwritten  # handed over without the linger
+        _finish(store, "exe_2")
+        assert "exe_2" in store._unwritten  # never held: waits for the linger
+        await asyncio.gather(*store._writes)
+        assert '"status":"done"' in _stored(db)["exe_1"]
     finally:
         await store.close()
