@@ -111,9 +111,8 @@ class ExecutionStore:
         self._remember(record)
         self._done.setdefault(execution_id, asyncio.Event())
         self._held.add(execution_id)
-        self._persist(record)
         # A hold lasts minutes to hours and a restart must find it: not left to linger.
-        self._flush()
+        self._persist(record, at_once=True)
 
     def finished(self, execution_id: str, result: dict[str, Any]) -> None:
         self._finish(execution_id, "done", result=result)
@@ -129,10 +128,10 @@ class ExecutionStore:
         event = self._done.pop(execution_id, None)
         if event is not None:
             event.set()
-        self._persist(record)
-        if execution_id in self._held:  # its caller comes back here for the result
-            self._held.discard(execution_id)
-            self._flush()
+        # Held first: its caller comes back here for the result.
+        at_once = execution_id in self._held
+        self._held.discard(execution_id)
+        self._persist(record, at_once)
 
     async def settle(self, execution_id: str, status: str, error: dict[str, Any]) -> None:
         """End a record that may only be on disk (held before a restart)."""
@@ -163,11 +162,11 @@ class ExecutionStore:
         if self._db is not None:
             await self._call(self._write, record)
 
-    def _persist(self, record: dict[str, Any]) -> None:
+    def _persist(self, record: dict[str, Any], at_once: bool = False) -> None:
         if self._db is None:
             return
         self._unwritten[record["execution_id"]] = dict(record)  # as it is now
-        if len(self._unwritten) >= PERSIST_BATCH_MAX:
+        if at_once or len(self._unwritten) >= PERSIST_BATCH_MAX:
             self._flush()
         elif self._flush_timer is None:
             self._flush_timer = asyncio.get_running_loop().call_later(PERSIST_LINGER_S, self._flush)
