@@ -16,6 +16,7 @@ import importlib.util
 import json
 import marshal
 import math
+import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -189,6 +190,16 @@ def reads_unbuffered(settings: DockerSettings, language: str) -> bool:
     return Path(settings.runtimes[language].argv[0]).name in UNBUFFERED_READERS
 
 
+# Interpreters that read their whole program, and compile it, before running any of
+# it: an interpreter started ahead may be given its program before the file is in
+# place, since the pipe's end, which it waits for, comes after that.
+WHOLE_READERS = re.compile(r"python3?(\.\d+)?|node(js)?")
+
+
+def reads_whole(settings: DockerSettings, language: str) -> bool:
+    return WHOLE_READERS.fullmatch(Path(settings.runtimes[language].argv[0]).name) is not None
+
+
 def program_env(settings: DockerSettings, proxy: bool) -> dict[str, str]:
     """The program's whole environment: the configured one, and with a network
     boundary the proxy's address (the same whether or not this execution may use
@@ -238,6 +249,7 @@ def launch_request(
         "env": program_env(settings, proxy),
         "pipe_bytes": pipe_bytes,
         "fresh": fresh,
+        "whole": reads_whole(settings, spec.language),
         "code_bytes": len(code),
         "files": [[f.path, len(f.content)] for f in spec.files],
         "stdin_bytes": len(spec.stdin),

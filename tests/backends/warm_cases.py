@@ -45,6 +45,9 @@ print(sorted(os.listdir('/code')), sys.stdin.read())
 CASES: list[tuple[str, str, str, dict[str, float]]] = [
     ("python", "self", PYTHON_SELF, {}),
     ("python", "traceback", "def f():\n    return {}['missing']\n\nf()\n", {}),
+    # Its own file first of all: in place (a regular file, not the FIFO) by then.
+    ("python", "own-file-first", "import os, stat\nprint(stat.S_ISREG(os.stat(__file__).st_mode),"
+     " os.listdir('/code'))\n", {}),
     ("python", "syntax", "print('unclosed'\n", {}),
     ("python", "exit-status", "import sys\nsys.exit(7)\n", {}),
     ("python", "exit-message", "raise SystemExit('gone')\n", {}),
@@ -62,6 +65,9 @@ CASES: list[tuple[str, str, str, dict[str, float]]] = [
      "console.log(process.argv, __filename, require.main === module, module.id,"
      " Object.keys(require.cache), process.execArgv, process.pid)\n"
      "console.log(require('fs').readFileSync(__filename, 'utf8').length)\n", {}),
+    ("javascript", "own-file-first",
+     "const fs = require('fs')\n"
+     "console.log(fs.statSync(__filename).isFile(), fs.readdirSync('/code'))\n", {}),
     ("javascript", "throw", "function f() { return null.x }\nf()\n", {}),
     ("javascript", "exit", "process.exitCode = 5\n", {}),
 ]  # fmt: skip

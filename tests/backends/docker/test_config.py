@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from backends.base import ExecSpec, InputFile, Limits
-from backends.docker.config import Shape, container_request, launch_request
+from backends.docker.config import Shape, container_request, launch_request, reads_whole
 from backends.docker.etc import (
     FILES,
     OWNER,
@@ -20,6 +20,7 @@ from backends.docker.etc import (
     remove_etc_dir,
 )
 from backends.docker.settings import DockerSettings, GvisorSettings
+from backends.runtimes import RuntimeSettings
 
 SHAPE = Shape(memory_mb=256, cpus=0.5, pids=64, disk_mb=16)
 LABELS = {"execgate.instance": "1-abc"}
@@ -134,6 +135,24 @@ def test_launch_request_announces_every_size() -> None:
     )  # fmt: skip
     assert header["backstop_s"] == 5
     assert header["env"] == DockerSettings().env
+
+
+@pytest.mark.parametrize(
+    ("interpreter", "whole"),
+    [("/usr/bin/python3", True), ("/usr/local/bin/python3.11", True), ("/usr/bin/node", True),
+     ("/bin/bash", False), ("/bin/sh", False), ("/usr/bin/perl", False),
+     ("/usr/bin/python3-wrapper", False), ("/usr/bin/nodemon", False)],
+)  # fmt: skip
+def test_only_interpreters_that_compile_the_whole_program_get_it_early(
+    interpreter: str, whole: bool
+) -> None:
+    # An interpreter that runs what it has read so far (a shell) must not be given
+    # its program before the file is in place: it could see the FIFO as its file.
+    runtimes = {"x": RuntimeSettings(argv=[interpreter], filename="main")}
+    settings = DockerSettings(runtimes=runtimes)
+    assert reads_whole(settings, "x") is whole
+    spec = ExecSpec("exe_1", "x", "", Limits(timeout_s=3))
+    assert launch_request(settings, spec, b"", "n0nce")["whole"] is whole
 
 
 @pytest.mark.parametrize(
