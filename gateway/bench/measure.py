@@ -43,6 +43,30 @@ async def timed(
     return samples
 
 
+async def paired(
+    fns: tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[Any]]],
+    runs: int,
+    warmup: int = 3,
+    before: tuple[Callable[[], Awaitable[Any]] | None, ...] = (None, None),
+) -> tuple[list[float], list[float]]:
+    """`runs` timings of each of two functions taken in turns (A then B, then B then
+    A, ...), so that both sides share every moment of the run: two blocks taken one
+    after the other compare two moments as much as two settings, on a machine whose
+    speed drifts (this VM's, by a third within minutes). `before[i]` (untimed) goes
+    ahead of each call of `fns[i]`."""
+    samples: tuple[list[float], list[float]] = ([], [])
+    for i in range(warmup + runs):
+        for k in (0, 1) if i % 2 == 0 else (1, 0):
+            prepare = before[k]
+            if prepare is not None:
+                await prepare()
+            t0 = time.perf_counter()
+            await fns[k]()
+            if i >= warmup:
+                samples[k].append(time.perf_counter() - t0)
+    return samples
+
+
 async def throughput(
     fn: Callable[[], Awaitable[Any]], concurrency: int, total: int
 ) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from backends.egress.boundary import BoundaryFds, open_boundary
 from gateway.app import create_app, freeze_startup_heap
 from gateway.appkeys import SERVICES
 from gateway.bench.docker import docker_bench, render_docker
-from gateway.bench.measure import percentiles, throughput, timed
+from gateway.bench.measure import paired, percentiles, throughput, timed
 from gateway.bench.policy import DECISIONS, POLICIES, local_opa, sample_input
 from gateway.bench.ratios import evaluate, render
 from gateway.bench.sandbox_start import nsjail_start_cost, render_nsjail_start
@@ -236,18 +236,22 @@ async def run_bench(runs: int) -> dict[str, Any]:
             root / "gvisor-cold", "docker-gvisor", runs,
             EXECGATE_BACKENDS_DOCKER_GVISOR_START_INTERPRETER_AHEAD="false",
         )  # fmt: skip
-        # What recording the code's behaviour costs: the same gateway, capture on and off
-        # (on is the default; measured again here so both sides share the moment).
+        # What recording the code's behaviour costs: two gateways, capture on (the
+        # default) and off, up at once, their requests in turns (both sides share
+        # every moment of the run).
         off = '{"enabled": false}'
         for name, backend, var in (
             ("nsjail", "nsjail", "EXECGATE_BACKENDS_NSJAIL_CAPTURE"),
             ("gvisor", "docker-gvisor", "EXECGATE_BACKENDS_DOCKER_GVISOR_CAPTURE"),
         ):
-            results[f"gateway_{name}_capture_on"] = await gateway_print(
-                root / f"{name}-capture", backend, runs
-            )
-            results[f"gateway_{name}_capture_off"] = await gateway_print(
-                root / f"{name}-no-capture", backend, runs, **{var: off}
+            (
+                results[f"gateway_{name}_capture_on"],
+                results[f"gateway_{name}_capture_off"],
+            ) = await paired_print(
+                (root / f"{name}-capture", root / f"{name}-no-capture"),
+                backend,
+                runs,
+                ({}, {var: off}),
             )
 
     bare_p50 = results["bare_python"]["p50_ms"]
@@ -289,6 +293,42 @@ async def gateway_print(root: Path, backend: str, runs: int, **env: str) -> dict
             return await settled_runs(gw, backend, runs)
     except Exception as exc:  # no engine, no image, no runtime: say so, measure the rest
         return {"skipped": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+async def paired_print(
+    roots: tuple[Path, Path],
+    backend: str,
+    runs: int,
+    envs: tuple[dict[str, str], dict[str, str]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`gateway_print` for two settings of one backend (`envs`, each on its own
+    `roots` directory), measured together: both gateways up at once, their requests
+    in turns, each once both backends have settled (measure.paired). Both are
+    reported as skipped, saying why, when either cannot start."""
+    for root in roots:
+        await asyncio.to_thread(_searchable_dir, root)
+    try:
+        async with (
+            Gateway(bench_settings(roots[0], backend, **envs[0])) as first,
+            Gateway(bench_settings(roots[1], backend, **envs[1])) as second,
+        ):
+            waits = [
+                getattr(gw.services.backends[backend], "wait_settled", None)
+                for gw in (first, second)
+            ]
+
+            async def settle() -> None:
+                # Both: one side's pool refilling (a gVisor start is ~0.1 s of CPU)
+                # must not run beside the other side's request.
+                for wait in waits:
+                    if wait is not None:
+                        await wait()
+
+            a, b = await paired((first.execute, second.execute), runs, WARMUP, (settle, settle))
+            return percentiles(a), percentiles(b)
+    except Exception as exc:  # as gateway_print: say why, measure the rest
+        skipped = {"skipped": f"{type(exc).__name__}: {exc}"[:300]}
+        return skipped, dict(skipped)
 
 
 async def settled_runs(gw: Gateway, backend: str, runs: int) -> dict[str, Any]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from gateway.bench.measure import percentiles
+from gateway.bench.measure import paired, percentiles
 from gateway.bench.ratios import evaluate
-from gateway.bench.run import Gateway, bench_settings, gateway_print, render_table
+from gateway.bench.run import Gateway, bench_settings, gateway_print, paired_print, render_table
 from tests.gateway.bench.test_ratios import full_results
 
 
@@ -23,6 +24,36 @@ async def test_gateway_print_takes_a_settings_override_and_says_why_it_could_not
     # by the settings loader, reported as skipped with the field, nothing raised.
     figure = await gateway_print(tmp_path / "b", "noop", 3, EXECGATE_POLICY_TIMEOUT_MS="soon")
     assert set(figure) == {"skipped"} and "timeout_ms" in figure["skipped"]
+
+
+async def test_paired_print_measures_two_settings_on_two_real_gateways(tmp_path: Path) -> None:
+    on, off = await paired_print(
+        (tmp_path / "on", tmp_path / "off"), "noop", 3, ({}, {"EXECGATE_POLICY_TIMEOUT_MS": "500"})
+    )
+    assert on["n"] == off["n"] == 3 and on["p50_ms"] > 0 and off["p50_ms"] > 0
+    # Either side refused: both reported as skipped, with the field.
+    on, off = await paired_print(
+        (tmp_path / "x", tmp_path / "y"), "noop", 3, ({}, {"EXECGATE_POLICY_TIMEOUT_MS": "soon"})
+    )
+    assert set(on) == set(off) == {"skipped"} and "timeout_ms" in off["skipped"]
+
+
+async def test_paired_takes_turns_and_times_each_side() -> None:
+    calls: list[str] = []
+
+    def record(name: str) -> Callable[[], Awaitable[None]]:
+        async def call() -> None:
+            calls.append(name)
+
+        return call
+
+    a, b = await paired(
+        (record("a"), record("b")), runs=3, warmup=1, before=(record("settle-a"), None)
+    )
+    assert len(a) == len(b) == 3
+    # A then B, then B then A: neither side always goes first.
+    assert [c for c in calls if c in "ab"] == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert calls.count("settle-a") == 4 and calls.index("settle-a") == 0
 
 
 async def test_healthz_is_measured_on_the_same_gateway(tmp_path: Path) -> None:
