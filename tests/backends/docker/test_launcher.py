@@ -5,6 +5,8 @@ against the json module's."""
 from __future__ import annotations
 
 import ast
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -201,6 +203,35 @@ def test_the_relay_carries_both_directions_without_the_socket_module() -> None:
         "echoed": [True, True, True],
         "after_stop": "ConnectionRefusedError",
     }
+
+
+def test_code_from_memory_goes_on_where_a_small_pipe_stopped_it() -> None:
+    # A pipe can be one page (a user over pipe-user-pages-soft gets no more): what
+    # does not fit waits for room, and the pipe's end comes after the last byte.
+    code = bytes(range(256)) * 40  # 10 KiB
+    read_end, write_end = os.pipe2(os.O_NONBLOCK)
+    try:
+        fcntl.fcntl(write_end, launcher.F_SETPIPE_SZ, 4096)
+        fifo, left = launcher.feed_code(write_end, memoryview(code))
+        assert fifo == write_end and 0 < len(left) < len(code)
+        got = os.read(read_end, 1 << 16)
+        while fifo >= 0:
+            fifo, left = launcher.feed_code(fifo, left)
+            got += os.read(read_end, 1 << 16)
+        assert got == code and os.read(read_end, 1) == b""  # closed: the end
+    finally:
+        os.close(read_end)
+        with contextlib.suppress(OSError):
+            os.close(write_end)
+
+
+def test_a_reader_gone_ends_the_feed_from_memory() -> None:
+    read_end, write_end = os.pipe2(os.O_NONBLOCK)
+    os.close(read_end)
+    assert launcher.write_some(write_end, memoryview(b"print(1)\n")) is None  # EPIPE
+    assert launcher.feed_code(write_end, memoryview(b"print(1)\n")) == (-1, -1)
+    with pytest.raises(OSError):
+        os.fstat(write_end)  # closed by the feed
 
 
 def test_input_digests_are_those_of_hashlib() -> None:
