@@ -260,12 +260,33 @@ def test_nothing_is_imported_once_a_request_has_come() -> None:
     assert late == LATE_IMPORTS_ALLOWED
 
 
+def test_reaping_imports_nothing() -> None:
+    # os.wait4 imports `resource` for the usage it returns, on every call: the
+    # launcher has it from its start-up, not at the first reap, during a request.
+    script = (
+        "import os, sys; sys.path.insert(0, sys.argv[1])\n"
+        "from backends.docker import launcher\n"
+        "before = set(sys.modules)\n"
+        "pid = os.fork()\n"
+        "if pid == 0: os._exit(0)\n"
+        "usage = launcher.Usage()\n"
+        "while launcher.reap(pid, usage) is None: pass\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", script, str(ROOT)], capture_output=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.decode().strip() == "[]"
+
+
 # PID 1 of a private pid namespace (as the launcher is in its container) with what a
 # program may leave behind: a chain that forks its successor and exits, processes
 # forking as fast as they can, a stopped one, one that holds its orphans as a
-# subreaper, one in a session of its own, and the program's own zombie.
+# subreaper, one in a session of its own, the program's own zombie, and an orphan that
+# used CPU and memory (the usage reported is summed from each process's wait4).
 KILL_EVERYTHING = r"""
-import ctypes, json, os, signal, sys, time
+import ctypes, json, os, resource, signal, sys, time
 sys.path.insert(0, sys.argv[1])
 from backends.docker import launcher
 
@@ -309,9 +330,24 @@ program = child(lambda: os._exit(7))
 for body in (refork, refork, breed, stopped, subreaper, session):
     child(body)
 time.sleep(0.3)
-status = launcher.kill_everything(program)
+def burn(done):  # CPU and memory of an orphan's, which only PID 1 reaps
+    data = b"x" * (64 << 20)
+    sum(range(3_000_000))
+    os.write(done, b"1")
+    time.sleep(3600)
+
+burnt, done = os.pipe()
+child(lambda: child(lambda: burn(done)))
+os.read(burnt, 1)
+usage = launcher.Usage()
+status = launcher.kill_everything(usage, program)
 left = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != 1)
-print(json.dumps({"status": status, "left": left}))
+children = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({
+    "status": status, "left": left, "cpu_s": usage.cpu_s, "max_rss_kb": usage.max_rss_kb,
+    "children_cpu_s": children.ru_utime + children.ru_stime,
+    "children_max_rss_kb": children.ru_maxrss,
+}))
 """
 
 
@@ -327,3 +363,9 @@ def test_kill_everything_leaves_only_itself_and_reports_the_program() -> None:
     found = json.loads(proc.stdout.decode().strip().splitlines()[-1])
     assert found["left"] == []  # nothing but PID 1 in the namespace
     assert os.WIFEXITED(found["status"]) and os.WEXITSTATUS(found["status"]) == 7
+    # What each reaped process's wait4 said, summed, is what the kernel counts for
+    # all of PID 1's children: the orphan that burnt CPU and memory included (each
+    # wait4 rounds down to a microsecond, and the forking ones leave hundreds).
+    assert found["cpu_s"] == pytest.approx(found["children_cpu_s"], rel=0.01)
+    assert found["cpu_s"] > 0.02
+    assert found["max_rss_kb"] == found["children_max_rss_kb"] > 64 << 10
