@@ -46,7 +46,7 @@ import os
 
 # os.wait4 imports it for the usage it returns (on every call, even WNOHANG's with
 # nothing to reap): here at start-up, not during a request.
-import resource  # noqa: F401
+import resource
 import select
 import stat
 import sys
@@ -343,7 +343,7 @@ def start_ahead(ahead):
         except OSError as exc:
             if exc.errno != errno.ENXIO:
                 raise
-            if os.waitpid(warm.pid, os.WNOHANG)[0] == warm.pid:
+            if os.wait4(warm.pid, os.WNOHANG)[0] == warm.pid:  # as `reap` will
                 warm.exited = True
                 warm.close_pipes()
                 return warm
@@ -707,7 +707,11 @@ def send_files(request, inputs):
         total += len(content)
 
 
-def regular_files():
+def regular_files(skipped=None):
+    """The workspace's regular files, (relative path, path) sorted; what else is
+    there goes to `skipped` (a reason), by default as an S frame."""
+    if skipped is None:
+        skipped = _skipped
     found = []
     stack = [(WORKSPACE, "", 0)]
     while stack:
@@ -721,7 +725,7 @@ def regular_files():
             try:
                 rel.encode("utf-8")
             except UnicodeEncodeError:
-                send(b"S", f"{rel!r}: file name is not UTF-8".encode())
+                skipped(f"{rel!r}: file name is not UTF-8")
                 continue
             if entry.is_dir(follow_symlinks=False):
                 if depth < MAX_DEPTH:
@@ -729,8 +733,12 @@ def regular_files():
             elif entry.is_file(follow_symlinks=False):
                 found.append((rel, entry.path))
             else:
-                send(b"S", f"{rel}: not a regular file".encode())
+                skipped(f"{rel}: not a regular file")
     return sorted(found)
+
+
+def _skipped(reason):
+    send(b"S", reason.encode())
 
 
 def read_regular(path, max_bytes):
@@ -752,6 +760,51 @@ def read_regular(path, max_bytes):
         return b"".join(chunks) if size <= max_bytes else None
     finally:
         os.close(fd)
+
+
+# Stand-ins for the rehearsal: a request header and a report with every kind of JSON
+# value the real ones carry.
+REHEARSAL_HEADER = (
+    '{"nonce":"00","argv":["/bin/true","-I"],"env":{"A":"b"},"pipe_bytes":0,'
+    '"fresh":false,"whole":true,"files":[["a/b",1]],"proxy_relay":null,"backstop_s":1.5}'
+)
+REHEARSAL_REPORT = {"nonce": "00", "wait_status": 0, "backstop": False, "disk_full": None}
+
+
+def rehearse(wake_r):
+    """Run once, on stand-ins, what a request runs: under gVisor the first call of
+    each piece costs several times the next (parsing the first header 0.5-2 ms
+    against ~0.1, the first workspace scan 0.5-5 ms against ~0.35: the Sentry maps
+    the C code's pages and looks up paths for the first time), and that is better
+    paid now, while the container waits, than on the request's path. Nothing of it
+    is left behind (the stand-in files are removed), no frame is sent, and a part
+    that fails is only a part not rehearsed."""
+    json_loads(REHEARSAL_HEADER)
+    json_dumps(REHEARSAL_REPORT).encode()
+    struct.pack(">H", 0)
+    sha256(b"").digest()
+    first, second = os.path.join(CODE_DIR, ".rehearsal"), os.path.join(CODE_DIR, ".rehearsed")
+    try:
+        write_bytes(first, b"rehearsal", 0o444)
+        os.rename(first, second)
+        read_regular(second, CHUNK)
+        os.chmod(CODE_DIR, stat.S_IMODE(os.stat(CODE_DIR).st_mode))
+    except OSError:
+        pass
+    finally:
+        for path in (first, second):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    disk_full()
+    regular_files(skipped=lambda reason: None)
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    poller.poll(0)
+    poller.unregister(wake_r)
+    Usage().add(resource.getrusage(resource.RUSAGE_SELF))
+    time.monotonic()
 
 
 PR_SET_DUMPABLE = 4
@@ -786,6 +839,7 @@ def main():
             serve_relay, stop_relay = start_relay(ahead["proxy_relay"])
         warm = start_ahead(ahead)
     wake_r = watch_children()
+    rehearse(wake_r)
     send(b"R")
     try:
         size = struct.unpack(">I", read_exact(4))[0]

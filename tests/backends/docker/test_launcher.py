@@ -260,6 +260,60 @@ def test_nothing_is_imported_once_a_request_has_come() -> None:
     assert late == LATE_IMPORTS_ALLOWED
 
 
+REHEARSAL = r"""
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from backends.docker import launcher
+launcher.CODE_DIR, launcher.WORKSPACE = sys.argv[2], sys.argv[3]
+wake_r, wake_w = os.pipe()
+launcher.rehearse(wake_r)
+print(json.dumps({"ok": True}))
+"""
+
+
+def snapshot(root: pathlib.Path) -> dict[str, tuple[int, bytes]]:
+    found = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        content = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+        found[str(path.relative_to(root))] = (st.st_mode, content)
+    return found
+
+
+def test_the_rehearsal_leaves_nothing_behind_and_says_nothing(tmp_path: pathlib.Path) -> None:
+    # What a request would find odd in the workspace (a link, a FIFO, a name that is
+    # not UTF-8, a directory) is rehearsed over without a frame; the code directory
+    # keeps its files and its mode, and the stand-ins are gone.
+    code, workspace = tmp_path / "code", tmp_path / "workspace"
+    code.mkdir(mode=0o755)
+    os.mkfifo(code / "main.py", 0o644)
+    workspace.mkdir()
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "data.txt").write_bytes(b"data")
+    (workspace / "link").symlink_to("/etc/passwd")
+    os.mkfifo(workspace / "fifo")
+    (workspace / os.fsdecode(b"\xff-not-utf8")).write_bytes(b"x")
+    before = (snapshot(code), snapshot(workspace), os.stat(code).st_mode)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", REHEARSAL, str(ROOT), str(code), str(workspace)],
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == b'{"ok": true}\n'  # no frame before it
+    assert (snapshot(code), snapshot(workspace), os.stat(code).st_mode) == before
+
+
+def test_a_rehearsal_that_cannot_write_is_only_skipped(tmp_path: pathlib.Path) -> None:
+    missing = tmp_path / "absent"
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", REHEARSAL, str(ROOT), str(missing), str(missing)],
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == b'{"ok": true}\n'
+    assert not missing.exists()
+
+
 def test_reaping_imports_nothing() -> None:
     # os.wait4 imports `resource` for the usage it returns, on every call: the
     # launcher has it from its start-up, not at the first reap, during a request.
