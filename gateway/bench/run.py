@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,7 @@ async def run_bench(runs: int) -> dict[str, Any]:
             # of a request that is not part of a burst. Back to back, each one shares
             # the cores with the refill the one before started: printed beside it.
             results["gateway_nsjail"] = await settled_runs(gw, "nsjail", runs)
+            results["gateway_nsjail"]["beside_bare"] = await beside_bare(gw, "nsjail", runs, bare)
             results["gateway_nsjail_back_to_back"] = percentiles(await timed(gw.execute, runs))
             results["gateway_nsjail_throughput"] = [
                 await throughput(gw.execute, c, throughput_runs(runs, c)) for c in (1, 4, 16)
@@ -230,7 +232,9 @@ async def run_bench(runs: int) -> dict[str, Any]:
                 )
 
         # print(1) on gVisor through the whole gateway, a pooled container waiting.
-        results["gateway_gvisor"] = await gateway_print(root / "gvisor", "docker-gvisor", runs)
+        results["gateway_gvisor"] = await gateway_print(
+            root / "gvisor", "docker-gvisor", runs, beside=bare
+        )
         # The same with the interpreter started once the code is there (no zero cold start).
         results["gateway_gvisor_cold_start"] = await gateway_print(
             root / "gvisor-cold", "docker-gvisor", runs,
@@ -280,17 +284,28 @@ async def _direct(backend: SandboxBackend) -> None:
         raise RuntimeError(f"unexpected sandbox result: {result}")
 
 
-async def gateway_print(root: Path, backend: str, runs: int, **env: str) -> dict[str, Any]:
+async def gateway_print(
+    root: Path,
+    backend: str,
+    runs: int,
+    *,
+    beside: Callable[[], Awaitable[None]] | None = None,
+    **env: str,
+) -> dict[str, Any]:
     """print(1) through a whole gateway on `backend`, one at a time, each with the
     backend settled (its pool refilled, as between requests that are not a burst);
     `env` overrides settings (EXECGATE_... names), so the same figure can be taken
-    with one setting on and off (e.g. behaviour capture). A backend that cannot
-    start is reported as skipped, saying why."""
+    with one setting on and off (e.g. behaviour capture); with `beside` (the bare
+    floor), the same gateway's figure in turns with it (`beside_bare`). A backend
+    that cannot start is reported as skipped, saying why."""
     # The nsjail sandbox uid walks through it to its workspace.
     await asyncio.to_thread(_searchable_dir, root)
     try:
         async with Gateway(bench_settings(root, backend, **env)) as gw:
-            return await settled_runs(gw, backend, runs)
+            found = await settled_runs(gw, backend, runs)
+            if beside is not None:
+                found["beside_bare"] = await beside_bare(gw, backend, runs, beside)
+            return found
     except Exception as exc:  # no engine, no image, no runtime: say so, measure the rest
         return {"skipped": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -329,6 +344,19 @@ async def paired_print(
     except Exception as exc:  # as gateway_print: say why, measure the rest
         skipped = {"skipped": f"{type(exc).__name__}: {exc}"[:300]}
         return skipped, dict(skipped)
+
+
+async def beside_bare(
+    gw: Gateway, backend: str, runs: int, bare: Callable[[], Awaitable[None]]
+) -> dict[str, Any]:
+    """print(1) through `gw` and the bare floor (`bare`, python3 -I on the host) in
+    turns (measure.paired), each once the backend has settled: both sides share
+    every moment of the run. Measured in blocks a few minutes apart, the ratio
+    compared two moments of a VM whose speed drifts by a third within minutes as
+    much as two ways of running print(1)."""
+    settle = getattr(gw.services.backends[backend], "wait_settled", None)
+    floor, through = await paired((bare, gw.execute), runs, WARMUP, (settle, settle))
+    return {"bare": percentiles(floor), "gateway": percentiles(through)}
 
 
 async def settled_runs(gw: Gateway, backend: str, runs: int) -> dict[str, Any]:
@@ -376,6 +404,13 @@ def render_table(results: dict[str, Any]) -> str:
         d = 3 if key.startswith("policy_") else 2  # decisions take tens of microseconds
         cells = [f"{r[q]:.{d}f}" for q in ("p50_ms", "p95_ms", "p99_ms")]
         rows.append((key, str(r["n"]), *cells))
+    for key in ("gateway_nsjail", "gateway_gvisor"):
+        turns = (results.get(key) or {}).get("beside_bare")
+        if turns:  # the floor and the figure in turns (the ratios (a) and (d))
+            for side in ("bare", "gateway"):
+                r, label = turns[side], f"{key[8:]} turns: {side}"
+                cells = [f"{r[q]:.2f}" for q in ("p50_ms", "p95_ms", "p99_ms")]
+                rows.append((label, str(r["n"]), *cells))
     lines = [
         "  ".join(f"{c:<22}" if i == 0 else f"{c:>9}" for i, c in enumerate(row)) for row in rows
     ]

@@ -28,15 +28,20 @@ def docker_runtime(pooled: float, cli: float) -> dict[str, Any]:
     }
 
 
+def in_turns(gateway_ms: float, bare_ms: float, blocks_ms: float = 99.0) -> dict[str, Any]:
+    # The block figure (`blocks_ms`) is printed, not used: (a) and (d) are the turns'.
+    return {**p50(blocks_ms), "beside_bare": {"bare": p50(bare_ms), "gateway": p50(gateway_ms)}}
+
+
 def full_results() -> dict[str, Any]:
     return {
         "bare_python": p50(10.0),
         "bare_python_throughput": [rate(50.0, 1), rate(100.0)],
-        "gateway_nsjail": p50(15.0),
+        "gateway_nsjail": in_turns(15.0, 10.0),
         "gateway_nsjail_throughput": [rate(30.0, 1), rate(60.0), rate(55.0, 16)],
         "gateway_noop": p50(3.5),
         "gateway_healthz": p50(3.0),
-        "gateway_gvisor": p50(25.0),
+        "gateway_gvisor": in_turns(25.0, 10.0),
         "policy_embedded": p50(0.08),
         "gateway_nsjail_capture_on": p50(15.6),
         "gateway_nsjail_capture_off": p50(15.0),
@@ -76,7 +81,7 @@ def test_the_verdict_is_the_figures_not_its_roundings() -> None:
     results = full_results()
     results["gateway_nsjail_throughput"] = [rate(63.8)]
     results["bare_python_throughput"] = [rate(128.3)]
-    results["gateway_nsjail"] = p50(10.004)  # a hair over the <= 1x goal
+    results["gateway_nsjail"] = in_turns(10.004, 10.0)  # a hair over the <= 1x goal
     rows = {row["key"]: row for row in evaluate(results)}
     assert rows["gateway_nsjail_vs_bare_c4"]["value"] == 0.497
     assert rows["gateway_nsjail_vs_bare_c4"]["met"] is False
@@ -89,11 +94,13 @@ def test_a_missing_or_skipped_measurement_is_not_measured_never_met() -> None:
     results = full_results()
     del results["gateway_healthz"]
     results["gateway_gvisor"] = {"skipped": "BackendError: no runsc"}
+    results["gateway_nsjail"] = p50(15.0)  # a results file from before the turns
     results["docker"] = {"runc": {"skipped": "no image"}, "runsc": docker_runtime(4.0, 0.0)}
     rows = {row["key"]: row for row in evaluate(results)}
     for key, why in (
         ("noop_minus_healthz_p50_ms", "gateway_healthz not measured"),
         ("gateway_gvisor_vs_bare_p50", "no runsc"),
+        ("gateway_nsjail_vs_bare_p50", "in turns with the bare floor not measured"),
         ("docker_pooled_vs_cli_c4_runc", "no image"),
         ("docker_pooled_vs_cli_c4_runsc", "division by zero"),
         ("docker_burst_vs_cli_c4_runc", "no image"),

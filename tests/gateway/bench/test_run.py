@@ -8,13 +8,38 @@ from pathlib import Path
 
 from gateway.bench.measure import paired, percentiles
 from gateway.bench.ratios import evaluate
-from gateway.bench.run import Gateway, bench_settings, gateway_print, paired_print, render_table
+from gateway.bench.run import (
+    WARMUP,
+    Gateway,
+    bench_settings,
+    gateway_print,
+    paired_print,
+    render_table,
+)
 from tests.gateway.bench.test_ratios import full_results
 
 
 async def test_gateway_print_measures_through_a_real_gateway(tmp_path: Path) -> None:
     figure = await gateway_print(tmp_path / "a", "noop", runs=3)
     assert figure["n"] == 3 and figure["p50_ms"] > 0
+
+
+async def test_gateway_print_beside_the_floor_takes_turns_on_the_same_gateway(
+    tmp_path: Path,
+) -> None:
+    # (a) and (d): the gateway's print(1) and the bare floor in turns; here the floor
+    # is a stand-in that counts its calls.
+    floor: list[int] = []
+
+    async def bare() -> None:
+        floor.append(1)
+
+    figure = await gateway_print(tmp_path / "t", "noop", 3, beside=bare)
+    turns = figure["beside_bare"]
+    assert figure["n"] == 3
+    assert turns["bare"]["n"] == turns["gateway"]["n"] == 3
+    assert turns["gateway"]["p50_ms"] > 0
+    assert len(floor) == 3 + WARMUP  # its warm-up untimed, as the gateway's
 
 
 async def test_gateway_print_takes_a_settings_override_and_says_why_it_could_not_measure(
@@ -67,6 +92,7 @@ def test_the_table_prints_the_ratios_block_and_skipped_rows() -> None:
     for key in ("egress_boundary", "nsjail_backend", "gateway_noop_opa"):
         results[key] = percentiles([0.01, 0.02])
     results["gateway_gvisor"] = {"skipped": "BackendError: no runsc here"}
+    results["gateway_nsjail"]["beside_bare"]["gateway"]["p50_ms"] = 12.34
     results["gateway_nsjail_streamed_throughput"] = [results["gateway_nsjail_throughput"][1]]
     results["gateway_noop_throughput"] = results["gateway_nsjail_throughput"]
     results["ratios"] = {
@@ -78,6 +104,7 @@ def test_the_table_prints_the_ratios_block_and_skipped_rows() -> None:
     assert "ratios (issue 18" in text
     assert "gateway_gvisor" in text and "no runsc here" in text
     assert "bare_python_throughput" in text
+    assert "nsjail turns: bare" in text and "nsjail turns: gateway" in text and "12.34" in text
     assert text.count("not measured") >= 3  # gVisor through the gateway, both docker rows
 
 
