@@ -395,25 +395,43 @@ class TraceTail:
         with self._lock:
             if self.path is None:
                 self.path = trace_file(self.directory)
-            if self.path is None:
-                return False
-            try:
-                with self.path.open("r+b") as log:
-                    log.seek(self.offset)
-                    while chunk := log.read(READ_CHUNK):
-                        self.offset += len(chunk)
-                        self._take(chunk)
-                    if not final:
-                        # The final read is followed by the removal of the directory
-                        # with its container: punching it then (a journalled extent
-                        # change, ~0.3-0.5 ms here) would only delay the answer.
-                        _punch(log.fileno(), self.offset)
-            except OSError:
-                return False
-            if final:
-                feed(self.parser, [self._partial])
-                self._partial = b""
-            return True
+            return self._read(final)
+
+    def last_read_if_small(self, max_bytes: int) -> bool | None:
+        """The final read where the caller is (the event loop), when it is small
+        (the log's tail after a short program: a few kilobytes the Sentry has just
+        written, in the page cache) and no other read holds the tail; a thread's
+        round trip costs ~0.3 ms here, more than such a read. None: not done (read
+        it with `pump(True)` in a thread)."""
+        if self.path is None or self.pending() > max_bytes:
+            return None
+        if not self._lock.acquire(blocking=False):
+            return None  # a watch's read still runs in its thread
+        try:
+            return self._read(True)
+        finally:
+            self._lock.release()
+
+    def _read(self, final: bool) -> bool:
+        if self.path is None:
+            return False
+        try:
+            with self.path.open("r+b") as log:
+                log.seek(self.offset)
+                while chunk := log.read(READ_CHUNK):
+                    self.offset += len(chunk)
+                    self._take(chunk)
+                if not final:
+                    # The final read is followed by the removal of the directory
+                    # with its container: punching it then (a journalled extent
+                    # change, ~0.3-0.5 ms here) would only delay the answer.
+                    _punch(log.fileno(), self.offset)
+        except OSError:
+            return False
+        if final:
+            feed(self.parser, [self._partial])
+            self._partial = b""
+        return True
 
     def _take(self, chunk: bytes) -> None:
         if self.budget <= 0:

@@ -6,7 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from backends.capture.gvisor import TRACED, TraceParser, read_trace, size_of, untraced
+from backends.capture.gvisor import (
+    TRACED,
+    TraceParser,
+    TraceTail,
+    read_trace,
+    size_of,
+    untraced,
+)
 from backends.capture.record import Baseline, Behaviour, BehaviourRecorder
 
 NAMES = {165: "mount", 101: "ptrace"}
@@ -149,6 +156,40 @@ def test_read_from_the_hand_over_on_and_bounded(tmp_path: Path) -> None:
     assert len(b.files) == 8
     # Parsed or not, every exit past the hand-over is an entry or counted.
     assert len(b.files) + b.dropped == 5000
+
+
+def test_a_small_last_read_is_made_at_once_a_large_or_busy_one_is_left(tmp_path: Path) -> None:
+    # The final read of a short program's trace is made where the caller is (the
+    # event loop): only when it is small and no other read (a watch's, in its
+    # thread) holds the tail; otherwise None, and nothing of the tail has moved.
+    def tail_after(lines: list[str]) -> TraceTail:
+        directory = tmp_path / f"cid{len(list(tmp_path.iterdir()))}"
+        log = write_log(directory, [])
+        tail = TraceTail(directory, TraceParser(BehaviourRecorder("gvisor-strace"), {}))
+        tail.mark()
+        with log.open("a") as f:
+            f.write("".join(json.dumps({"msg": m}) + "\n" for m in lines))
+        return tail
+
+    one = [exit_line(2, "p", "openat(AT_FDCWD /, 0x7f /small, O_RDONLY, 0o0)", ENOENT)]
+    small = tail_after(one)
+    assert small.last_read_if_small(16 * 1024) is True
+    assert {f.path for f in small.parser.recorder.finish().files} == {"/small"}
+
+    many = [
+        exit_line(2, "p", f"openat(AT_FDCWD /, 0x7f /big/{i}, O_RDONLY, 0o0)", ENOENT)
+        for i in range(500)
+    ]
+    large = tail_after(many)
+    assert large.last_read_if_small(16 * 1024) is None and large.offset < large.size()
+    assert large.pump(True)  # in a thread, as before
+    assert len(large.parser.recorder.finish().files) + large.parser.recorder.dropped == 500
+
+    busy = tail_after(one)
+    with busy._lock:  # a watch's read under way
+        assert busy.last_read_if_small(16 * 1024) is None
+    unmarked = TraceTail(tmp_path / "absent", TraceParser(BehaviourRecorder("x"), {}))
+    assert unmarked.last_read_if_small(16 * 1024) is None
 
 
 def test_no_trace_is_said(tmp_path: Path) -> None:
