@@ -35,7 +35,7 @@ from backends.base import BackendError, ExecSpec, Limits
 from backends.docker.backend import DockerBackend
 from backends.docker.gvisor import GvisorBackend
 from backends.docker.settings import DockerSettings, GvisorSettings
-from gateway.bench.measure import percentiles, throughput, timed
+from gateway.bench.measure import alternated_throughput, percentiles, throughput, timed
 from gateway.context import new_id
 
 CODE = "print(1)"
@@ -43,8 +43,11 @@ POOL_SIZE = 4  # the floor; the pool grows from demand up to POOL_MAX_SIZE
 POOL_MAX_SIZE = 16
 BURST = 16  # executions of the burst row, and the pool configured to hold them
 CLI_ATTEMPTS = 3
-ENGINE_FAILED = 125
-FULL_TIMEOUT_S = 120.0  # `docker run`'s exit status when the engine failed, not the program
+ENGINE_FAILED = 125  # `docker run`'s exit status when the engine failed, not the program
+FULL_TIMEOUT_S = 120.0
+# (f) sustained, in alternating blocks: executions per side in all, and blocks per side.
+ALTERNATED_TOTAL = 48
+ALTERNATED_ROUNDS = 3
 
 
 async def docker_bench(runs: int) -> dict[str, Any]:
@@ -98,9 +101,6 @@ async def _one_runtime(
         out["backend_cold_throughput"] = [
             await throughput(_execute(cold), c, max(n, 4 * c)) for c in (1, 4)
         ]
-        out["cli_refused"] = len(refused)
-        if refused:
-            out["cli_refused_last"] = refused[-1]
     finally:
         await cold.close()
 
@@ -120,6 +120,15 @@ async def _one_runtime(
         for c in (1, 4):
             await throughput(run, c, 2 * c)  # the pool follows this demand
             out["backend_pooled_throughput"].append(await _served(pooled, c, max(n, 4 * c)))
+        # (f), sustained: `docker run --rm` and the pool at concurrency 4 in alternating
+        # blocks, each of the pool's ending once it is as full as it began.
+        cli_rm, from_pool = await alternated_throughput(
+            (cli, run), 4, ALTERNATED_TOTAL, ALTERNATED_ROUNDS, (None, lambda: _full(pooled))
+        )
+        out["beside_cli_c4"] = {"cli_run_rm": cli_rm, "backend_pooled": from_pool}
+        out["cli_refused"] = len(refused)
+        if refused:
+            out["cli_refused_last"] = refused[-1]
         failures = pooled.start_failures.total + cold.start_failures.total
     finally:
         await pooled.close()
@@ -196,6 +205,13 @@ def render_docker(results: dict[str, Any]) -> list[str]:
                     f"{runtime + ' ' + key:<28}  {t['concurrency']:>5}  {t['per_s']:>9}  "
                     f"{t['p50_ms']:>9.2f}  {t['p99_ms']:>9.2f}{served}"
                 )
+        for side, t in (r.get("beside_cli_c4") or {}).items():
+            throughput.append(
+                f"{runtime + ' ' + side + ', blocks':<28}  {t['concurrency']:>5}  {t['per_s']:>9}  "
+                f"{t['p50_ms']:>9.2f}  {t['p99_ms']:>9.2f}  (rounds: "
+                + ", ".join(f"{x:g}" for x in t["rounds"])
+                + ")"
+            )
         lines.append(
             f"{runtime}: pooled vs `docker run --rm` (p50): {r['pooled_vs_cli_p50']}x faster "
             "(target >= 3x)"

@@ -67,10 +67,11 @@ async def paired(
     return samples
 
 
-async def throughput(
-    fn: Callable[[], Awaitable[Any]], concurrency: int, total: int
-) -> dict[str, Any]:
-    latencies: list[float] = []
+async def _block(
+    fn: Callable[[], Awaitable[Any]], concurrency: int, total: int, latencies: list[float]
+) -> float:
+    """`total` calls of `fn`, `concurrency` at a time; their latencies appended, the
+    block's elapsed seconds returned."""
     queue = iter(range(total))
 
     async def worker() -> None:
@@ -81,9 +82,60 @@ async def throughput(
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - t0
+    return time.perf_counter() - t0
+
+
+async def throughput(
+    fn: Callable[[], Awaitable[Any]], concurrency: int, total: int
+) -> dict[str, Any]:
+    latencies: list[float] = []
+    elapsed = await _block(fn, concurrency, total, latencies)
     return {
         "concurrency": concurrency,
         "per_s": round(total / elapsed, 1),
         **percentiles(latencies),
     }
+
+
+async def alternated_throughput(
+    fns: tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[Any]]],
+    concurrency: int,
+    total: int,
+    rounds: int = 3,
+    after: tuple[Callable[[], Awaitable[Any]] | None, ...] = (None, None),
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The throughput of two workloads in alternating blocks (A B, then B A, ...):
+    `rounds` blocks each, `total` executions per side in all, `concurrency` at a
+    time, after one untimed block each as a warm-up. Two rows taken minutes apart
+    compare two moments of a VM whose speed drifts by a third as much as two ways of
+    running; here both sides share every stretch of the run. `after[i]` (e.g. waiting
+    until a backend's pool is as full as when the block began) ends each block of
+    `fns[i]` and counts in its time: work a block leaves behind is that side's, not
+    the next block's. Each side: executions per second over all its blocks, each
+    block's rate, and its latencies' percentiles."""
+    per_block = max(concurrency, total // rounds)
+    latencies: tuple[list[float], list[float]] = ([], [])
+    elapsed = [0.0, 0.0]
+    rates: tuple[list[float], list[float]] = ([], [])
+    for i in range(rounds + 1):
+        for k in (0, 1) if i % 2 == 0 else (1, 0):
+            sink: list[float] = latencies[k] if i else []
+            t0 = time.perf_counter()
+            await _block(fns[k], concurrency, per_block, sink)
+            settle = after[k]
+            if settle is not None:
+                await settle()
+            took = time.perf_counter() - t0
+            if i:  # the first round warms both sides up
+                elapsed[k] += took
+                rates[k].append(round(per_block / took, 1))
+    first, second = (
+        {
+            "concurrency": concurrency,
+            "per_s": round(per_block * rounds / elapsed[k], 1),
+            "rounds": rates[k],
+            **percentiles(latencies[k]),
+        }
+        for k in (0, 1)
+    )
+    return first, second

@@ -27,7 +27,7 @@ from backends.egress.boundary import BoundaryFds, open_boundary
 from gateway.app import create_app, freeze_startup_heap
 from gateway.appkeys import SERVICES
 from gateway.bench.docker import docker_bench, render_docker
-from gateway.bench.measure import paired, percentiles, throughput, timed
+from gateway.bench.measure import alternated_throughput, paired, percentiles, throughput, timed
 from gateway.bench.policy import DECISIONS, POLICIES, local_opa, sample_input
 from gateway.bench.ratios import evaluate, render
 from gateway.bench.sandbox_start import nsjail_start_cost, render_nsjail_start
@@ -38,6 +38,7 @@ from gateway.settings.model import Settings, load_settings
 PYTHON = "/usr/bin/python3"
 CODE = "print(1)"
 WARMUP = 3
+ALTERNATED_ROUNDS = 3  # blocks per side of the alternated throughput rows
 
 
 def bench_settings(root: Path, backend: str, **extra: str) -> Settings:
@@ -206,6 +207,10 @@ async def run_bench(runs: int) -> dict[str, Any]:
             results["gateway_nsjail_throughput"] = [
                 await throughput(gw.execute, c, throughput_runs(runs, c)) for c in (1, 4, 16)
             ]
+            # (b): concurrency 4 again, in alternating blocks with the bare floor.
+            results["gateway_nsjail"]["beside_bare_c4"] = await beside_bare_throughput(
+                gw, "nsjail", runs, bare
+            )
             # Live output costs no throughput: the same runs answered as events.
             results["gateway_nsjail_streamed_throughput"] = [
                 await throughput(gw.execute_streamed, 4, max(runs, 16))
@@ -359,6 +364,31 @@ async def beside_bare(
     return {"bare": percentiles(floor), "gateway": percentiles(through)}
 
 
+async def beside_bare_throughput(
+    gw: Gateway,
+    backend: str,
+    runs: int,
+    bare: Callable[[], Awaitable[None]],
+    concurrency: int = 4,
+) -> dict[str, Any]:
+    """Executions per second at `concurrency` through `gw` and of the bare floor, in
+    alternating blocks (measure.alternated_throughput): the floor was measured first
+    thing in the run and the gateway's row minutes later, and (b) moved with the
+    VM's drift between the two (the floor alone 138-182/s across three runs of
+    session 31). Each of the gateway's blocks ends once its backend has settled (its
+    pool as full as when the block began, the used sandboxes torn down): the work a
+    block leaves behind counts in it, not in the floor's next block."""
+    settle = getattr(gw.services.backends[backend], "wait_settled", None)
+    floor, through = await alternated_throughput(
+        (bare, gw.execute),
+        concurrency,
+        throughput_runs(runs, concurrency),
+        ALTERNATED_ROUNDS,
+        (None, settle),
+    )
+    return {"bare": floor, "gateway": through}
+
+
 async def settled_runs(gw: Gateway, backend: str, runs: int) -> dict[str, Any]:
     """print(1) `runs` times (after a warm-up), each once the backend has settled."""
     settle = getattr(gw.services.backends[backend], "wait_settled", None)
@@ -426,6 +456,16 @@ def render_table(results: dict[str, Any]) -> str:
             lines.append(
                 f"{key:<22}  {r['concurrency']:>9}  {r['per_s']:>9}  "
                 f"{r['p50_ms']:>9.2f}  {r['p99_ms']:>9.2f}"
+            )
+    turns_c4 = (results.get("gateway_nsjail") or {}).get("beside_bare_c4")
+    if turns_c4:  # (b): the floor and the gateway in alternating blocks
+        for side in ("bare", "gateway"):
+            r = turns_c4[side]
+            lines.append(
+                f"{'nsjail blocks: ' + side:<22}  {r['concurrency']:>9}  {r['per_s']:>9}  "
+                f"{r['p50_ms']:>9.2f}  {r['p99_ms']:>9.2f}  (rounds: "
+                + ", ".join(f"{x:g}" for x in r["rounds"])
+                + ")"
             )
     ratios = results["ratios"]
     json_c4 = next(r for r in results["gateway_nsjail_throughput"] if r["concurrency"] == 4)

@@ -6,12 +6,14 @@ import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from gateway.bench.measure import paired, percentiles
+from gateway.bench.measure import alternated_throughput, paired, percentiles
 from gateway.bench.ratios import evaluate
 from gateway.bench.run import (
+    ALTERNATED_ROUNDS,
     WARMUP,
     Gateway,
     bench_settings,
+    beside_bare_throughput,
     gateway_print,
     paired_print,
     render_table,
@@ -63,8 +65,8 @@ async def test_paired_print_measures_two_settings_on_two_real_gateways(tmp_path:
     assert set(on) == set(off) == {"skipped"} and "timeout_ms" in off["skipped"]
 
 
-async def test_paired_takes_turns_and_times_each_side() -> None:
-    calls: list[str] = []
+def recorder(calls: list[str]) -> Callable[[str], Callable[[], Awaitable[None]]]:
+    """`record(name)`: a call that appends `name` to `calls`."""
 
     def record(name: str) -> Callable[[], Awaitable[None]]:
         async def call() -> None:
@@ -72,6 +74,12 @@ async def test_paired_takes_turns_and_times_each_side() -> None:
 
         return call
 
+    return record
+
+
+async def test_paired_takes_turns_and_times_each_side() -> None:
+    calls: list[str] = []
+    record = recorder(calls)
     a, b = await paired(
         (record("a"), record("b")), runs=3, warmup=1, before=(record("settle-a"), None)
     )
@@ -79,6 +87,37 @@ async def test_paired_takes_turns_and_times_each_side() -> None:
     # A then B, then B then A: neither side always goes first.
     assert [c for c in calls if c in "ab"] == ["a", "b", "b", "a", "a", "b", "b", "a"]
     assert calls.count("settle-a") == 4 and calls.index("settle-a") == 0
+
+
+async def test_alternated_throughput_takes_turns_in_blocks_and_ends_each_with_its_after() -> None:
+    calls: list[str] = []
+    record = recorder(calls)
+    a, b = await alternated_throughput(
+        (record("a"), record("b")), concurrency=2, total=6, rounds=3,
+        after=(None, record("settle-b")),
+    )  # fmt: skip
+    # A warm-up block each, then three rounds, A B then B A: neither side always first.
+    a_first = ["a", "a", "b", "b", "settle-b"]  # two calls per block, B's after it
+    b_first = ["b", "b", "settle-b", "a", "a"]
+    assert calls == a_first + b_first + a_first + b_first
+    for side in (a, b):
+        assert side["concurrency"] == 2 and side["n"] == 6  # the warm-up untimed
+        assert len(side["rounds"]) == 3 and side["per_s"] > 0
+
+
+async def test_beside_bare_throughput_alternates_a_real_gateway_with_the_floor(
+    tmp_path: Path,
+) -> None:
+    # (b): the gateway's executions per second and the bare floor's (a stand-in that
+    # counts its calls), in alternating blocks on the same gateway.
+    floor: list[str] = []
+    async with Gateway(bench_settings(tmp_path, "noop")) as gw:
+        found = await beside_bare_throughput(gw, "noop", runs=4, bare=recorder(floor)("bare"))
+    assert set(found) == {"bare", "gateway"}
+    per_side = found["gateway"]["n"]
+    assert found["bare"]["n"] == per_side and per_side >= 4 * 20  # throughput_runs
+    assert len(found["gateway"]["rounds"]) == ALTERNATED_ROUNDS
+    assert len(floor) == per_side // ALTERNATED_ROUNDS * (ALTERNATED_ROUNDS + 1)
 
 
 async def test_healthz_is_measured_on_the_same_gateway(tmp_path: Path) -> None:
@@ -93,6 +132,7 @@ def test_the_table_prints_the_ratios_block_and_skipped_rows() -> None:
         results[key] = percentiles([0.01, 0.02])
     results["gateway_gvisor"] = {"skipped": "BackendError: no runsc here"}
     results["gateway_nsjail"]["beside_bare"]["gateway"]["p50_ms"] = 12.34
+    results["gateway_nsjail"]["beside_bare_c4"]["bare"]["rounds"] = [101.5, 99.0, 98.25]
     results["gateway_nsjail_streamed_throughput"] = [results["gateway_nsjail_throughput"][1]]
     results["gateway_noop_throughput"] = results["gateway_nsjail_throughput"]
     results["ratios"] = {
@@ -105,6 +145,8 @@ def test_the_table_prints_the_ratios_block_and_skipped_rows() -> None:
     assert "gateway_gvisor" in text and "no runsc here" in text
     assert "bare_python_throughput" in text
     assert "nsjail turns: bare" in text and "nsjail turns: gateway" in text and "12.34" in text
+    assert "nsjail blocks: bare" in text and "(rounds: 101.5, 99, 98.25)" in text
+    assert "nsjail blocks: gateway" in text
     assert text.count("not measured") >= 3  # gVisor through the gateway, both docker rows
 
 
