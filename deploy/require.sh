@@ -63,6 +63,7 @@ for want in "$@"; do
       have python3 || need "python3 (fetches nsjail's source): apt-get install python3"
       have g++ && have gcc || need "a C and C++ compiler (nsjail): apt-get install g++"
       have make || need "make: apt-get install make"
+      have patch || need "patch (deploy/nsjail/compiled_policy.patch): apt-get install patch"
       have pkg-config || need "pkg-config (nsjail's Makefile): apt-get install pkg-config"
       have bison && have flex || need "bison and flex (kafel, nsjail's seccomp compiler): apt-get install bison flex"
       have protoc || need "protoc (nsjail's config): apt-get install protobuf-compiler"

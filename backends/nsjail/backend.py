@@ -58,9 +58,12 @@ from backends.demand import Demand
 from backends.egress.addresses import NameResolver
 from backends.giveway import GiveWay
 from backends.nsjail.host import (
+    COMPILED_POLICY_NAME,
     available_languages,
     check_binary,
     check_root,
+    compile_policy,
+    compiler_beside,
     default_nsjail_binary,
     owner_alive,
     prepare_state_dir,
@@ -101,6 +104,9 @@ class NsjailBackend(SandboxBackend):
         self.policy_path = (
             Path(s.seccomp_policy) if s.seccomp_policy else self.state_dir / "seccomp.kafel"
         )
+        # What each nsjail is given: the policy, or, for `make nsjail`'s build, the
+        # policy compiled once at start (host.compiler_beside).
+        self.jail_policy_path = self.policy_path
         self.workspaces = WorkspaceManager(
             self.state_dir / "runs", s.sandbox_uid, s.sandbox_gid, s.inodes_per_mb
         )
@@ -202,8 +208,8 @@ class NsjailBackend(SandboxBackend):
             problems.append("backend not started")
         elif problem := self.cgroups.problem():
             problems.append(problem)
-        if not self.policy_path.is_file():
-            problems.append(f"seccomp policy {self.policy_path} is missing")
+        if not self.jail_policy_path.is_file():
+            problems.append(f"seccomp policy {self.jail_policy_path} is missing")
         if not self.workspaces.runs_dir.is_dir():
             problems.append(f"state directory {self.workspaces.runs_dir} is missing")
         if self._fill_error and not self.waiting():
@@ -574,6 +580,12 @@ class NsjailBackend(SandboxBackend):
         self._languages = available_languages(s)
         try:
             prepare_state_dir(self.state_dir, self.policy_path, not s.seccomp_policy, s.hostname)
+            if compiler := compiler_beside(self.binary):
+                # Read once: a configured policy edited later applies at the next start.
+                compiled = self.state_dir / COMPILED_POLICY_NAME
+                compile_policy(compiler, self.policy_path, compiled)
+                self.jail_policy_path = compiled
+            log.info("nsjail seccomp policy: %s", self.jail_policy_path)
             self.workspaces.prepare()
             self.cgroups = detect(Path(s.cgroup_root), s.cgroup_parent, s.cgroup_version)
             self.cgroups.prepare()
@@ -581,7 +593,7 @@ class NsjailBackend(SandboxBackend):
             raise BackendError(f"nsjail backend cannot start: {exc}") from exc
         self._reap(owner_alive)
         self._factory = self.Factory(
-            s, self.binary, self.etc_dir, self.policy_path, self.workspaces, self.cgroups,
+            s, self.binary, self.etc_dir, self.jail_policy_path, self.workspaces, self.cgroups,
             self.egress_resolver, shim,
         )  # fmt: skip
 
