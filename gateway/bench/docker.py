@@ -45,9 +45,8 @@ BURST = 16  # executions of the burst row, and the pool configured to hold them
 CLI_ATTEMPTS = 3
 ENGINE_FAILED = 125  # `docker run`'s exit status when the engine failed, not the program
 FULL_TIMEOUT_S = 120.0
-# (f) sustained, in alternating blocks: executions per side in all, and blocks per side.
+# (f) sustained, in alternating blocks: executions per side in all.
 ALTERNATED_TOTAL = 48
-ALTERNATED_ROUNDS = 3
 
 
 async def docker_bench(runs: int) -> dict[str, Any]:
@@ -123,7 +122,7 @@ async def _one_runtime(
         # (f), sustained: `docker run --rm` and the pool at concurrency 4 in alternating
         # blocks, each of the pool's ending once it is as full as it began.
         cli_rm, from_pool = await alternated_throughput(
-            (cli, run), 4, ALTERNATED_TOTAL, ALTERNATED_ROUNDS, (None, lambda: _full(pooled))
+            (cli, run), 4, ALTERNATED_TOTAL, after=(None, lambda: _full(pooled))
         )
         out["beside_cli_c4"] = {"cli_run_rm": cli_rm, "backend_pooled": from_pool}
         out["cli_refused"] = len(refused)

@@ -9,6 +9,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+ALTERNATED_ROUNDS = 3  # blocks per side of alternated_throughput, after its warm-up
+
 
 def percentiles(samples_s: list[float]) -> dict[str, float]:
     ordered = sorted(samples_s)
@@ -101,7 +103,7 @@ async def alternated_throughput(
     fns: tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[Any]]],
     concurrency: int,
     total: int,
-    rounds: int = 3,
+    rounds: int = ALTERNATED_ROUNDS,
     after: tuple[Callable[[], Awaitable[Any]] | None, ...] = (None, None),
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The throughput of two workloads in alternating blocks (A B, then B A, ...):

@@ -27,7 +27,14 @@ from backends.egress.boundary import BoundaryFds, open_boundary
 from gateway.app import create_app, freeze_startup_heap
 from gateway.appkeys import SERVICES
 from gateway.bench.docker import docker_bench, render_docker
-from gateway.bench.measure import alternated_throughput, paired, percentiles, throughput, timed
+from gateway.bench.measure import (
+    ALTERNATED_ROUNDS,
+    alternated_throughput,
+    paired,
+    percentiles,
+    throughput,
+    timed,
+)
 from gateway.bench.policy import DECISIONS, POLICIES, local_opa, sample_input
 from gateway.bench.ratios import evaluate, render
 from gateway.bench.sandbox_start import nsjail_start_cost, render_nsjail_start
@@ -38,7 +45,6 @@ from gateway.settings.model import Settings, load_settings
 PYTHON = "/usr/bin/python3"
 CODE = "print(1)"
 WARMUP = 3
-ALTERNATED_ROUNDS = 3  # blocks per side of the alternated throughput rows
 
 
 def bench_settings(root: Path, backend: str, **extra: str) -> Settings:

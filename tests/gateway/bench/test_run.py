@@ -6,10 +6,9 @@ import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from gateway.bench.measure import alternated_throughput, paired, percentiles
+from gateway.bench.measure import ALTERNATED_ROUNDS, alternated_throughput, paired, percentiles
 from gateway.bench.ratios import evaluate
 from gateway.bench.run import (
-    ALTERNATED_ROUNDS,
     WARMUP,
     Gateway,
     bench_settings,
